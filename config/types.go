@@ -1,0 +1,118 @@
+package config
+
+import (
+	"net/url"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+)
+
+// StoreKind names the admission store implementation.
+type StoreKind string
+
+// The stores FENCE_STORE accepts.
+const (
+	StoreRedis  StoreKind = "redis"
+	StoreBolt   StoreKind = "bolt"
+	StoreMemory StoreKind = "memory"
+)
+
+// Config is fenceproxy's validated configuration: the environment plus the
+// routes file. A Config returned by Load is complete; nothing downstream needs
+// to check it again.
+type Config struct {
+	UpstreamURL     *url.URL      // FENCE_UPSTREAM_URL (http or https, with a host)
+	ListenAddr      string        // FENCE_LISTEN_ADDR
+	AdminAddr       string        // FENCE_ADMIN_ADDR
+	Store           StoreKind     // FENCE_STORE, or derived from the Redis variables
+	BoltPath        string        // FENCE_BOLT_PATH
+	RoutesFile      string        // FENCE_ROUTES_FILE ("" = default rule only)
+	TokenHeader     string        // FENCE_TOKEN_HEADER, in canonical MIME form
+	KeyPrefix       string        // FENCE_KEY_PREFIX
+	StoreTimeout    time.Duration // FENCE_STORE_TIMEOUT (> 0)
+	ShutdownTimeout time.Duration // FENCE_SHUTDOWN_TIMEOUT (> 0): bound on draining at SIGTERM
+	LogLevel        zapcore.Level // FENCE_LOG_LEVEL
+	Redis           Redis
+	Routes          Routes // from RoutesFile, or DefaultRoutes()
+}
+
+// Redis is the Redis connection configuration; exactly one of URL,
+// SentinelAddrs and ClusterAddrs is set when Config.Store is StoreRedis.
+type Redis struct {
+	URL           string        // FENCE_REDIS_URL
+	SentinelAddrs []string      // FENCE_REDIS_SENTINEL_ADDRS
+	MasterName    string        // FENCE_REDIS_MASTER_NAME
+	ClusterAddrs  []string      // FENCE_REDIS_CLUSTER_ADDRS
+	Username      string        // FENCE_REDIS_USERNAME
+	Password      string        // FENCE_REDIS_PASSWORD
+	TLSCAFile     string        // FENCE_REDIS_TLS_CA_FILE
+	MinReplicas   int           // FENCE_REDIS_MIN_REPLICAS (>= 0)
+	WaitTimeout   time.Duration // FENCE_REDIS_WAIT_TIMEOUT (> 0)
+	Eviction      Eviction      // FENCE_REDIS_EVICTION
+}
+
+// Eviction says what to do when Redis could evict marks (maxmemory-policy).
+type Eviction string
+
+// The FENCE_REDIS_EVICTION values.
+const (
+	EvictionRefuse Eviction = "refuse"
+	EvictionWarn   Eviction = "warn"
+	EvictionOff    Eviction = "off"
+)
+
+// Routes is the route table: the routes in file order and the rule for a
+// request that matches none of them.
+type Routes struct {
+	Routes  []Route
+	Default Route
+}
+
+// Compare is a route's comparison, spelled as in the routes file.
+type Compare string
+
+// The comparisons a route may name.
+const (
+	CompareAtLeast Compare = ">="
+	CompareGreater Compare = ">"
+)
+
+// Route is one validated entry of the routes file (or the default rule, whose
+// Path is empty and whose Name is "default").
+type Route struct {
+	Name    string
+	Methods []string // upper case, no duplicates; the methods this route fences
+	Path    string   // chi pattern; "" for the default rule
+	// Fence is false for a route that forwards with no check; the fields below
+	// are then zero.
+	Fence    bool
+	Resource Template
+	Compare  Compare
+	// TokenOptional forwards a request without a token unfenced; when false
+	// such a request gets 428.
+	TokenOptional bool
+}
+
+// Template is a parsed resource template such as "orders/{orderID}" or
+// "tenants/{header:X-Tenant}/jobs/{query:job}".
+type Template struct {
+	Raw   string
+	Parts []Part
+}
+
+// PartKind says what fills one part of a Template.
+type PartKind uint8
+
+// The kinds of template part.
+const (
+	PartLiteral PartKind = iota // Value is copied as is
+	PartParam                   // Value names a path parameter ("*" for the wildcard)
+	PartHeader                  // Value is a canonical MIME header key
+	PartQuery                   // Value is a query parameter name
+)
+
+// Part is one piece of a Template.
+type Part struct {
+	Kind  PartKind
+	Value string
+}

@@ -1,0 +1,103 @@
+// Package fencestore is the domain of fenceproxy's admission: the Store
+// interface that the proxy depends on, the Decision it returns, the comparison
+// modes and the errors a store may give. Implementations live in the
+// sub-packages (redisstore, boltstore, memstore); the shared conformance suite
+// that every one of them must pass lives in storetest.
+//
+// The guarantee every Store makes: Admit is atomic per resource. With AtLeast
+// a token is admitted iff no mark exists or token >= mark, and the mark becomes
+// max(mark, token); with Greater a token is admitted iff no mark exists or
+// token > mark, and the mark becomes token. Comparison is exact over the whole
+// uint64 range. A mark never moves backwards. Stale is a Decision, not an
+// error: an error means the store could not answer, and the caller must then
+// refuse the request (fail closed).
+package fencestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Compare selects how a token is compared with a resource's mark.
+type Compare uint8
+
+const (
+	// AtLeast (">=") admits a token equal to the mark: many requests may share
+	// one lease's token.
+	AtLeast Compare = iota
+	// Greater (">") admits only a token above the mark: every request needs its
+	// own token.
+	Greater
+)
+
+// String returns the routes-file spelling of c (">=" or ">").
+func (c Compare) String() string {
+	switch c {
+	case AtLeast:
+		return ">="
+	case Greater:
+		return ">"
+	}
+	return fmt.Sprintf("Compare(%d)", uint8(c))
+}
+
+// Admits reports whether token passes the comparison against mark, where
+// hasMark is false when the resource has no mark yet. It is the reference
+// semantics every store implements (the Redis store in Lua, over decimal
+// strings); stores written in Go call it directly.
+func (c Compare) Admits(token, mark uint64, hasMark bool) bool {
+	if !hasMark {
+		return true
+	}
+	if c == Greater {
+		return token > mark
+	}
+	return token >= mark
+}
+
+// Decision is the outcome of one admission.
+type Decision struct {
+	// Admitted is true when the request may be forwarded.
+	Admitted bool
+	// Mark is the resource's high-water mark after the admission: the new mark
+	// when admitted, the (greater) mark that refused the token when stale.
+	Mark uint64
+}
+
+// Store keeps one high-water mark per resource and admits tokens against it.
+// Implementations are safe for concurrent use and honour ctx's deadline: past
+// it they return an error wrapping ErrUnavailable. An error is indeterminate:
+// the admission may still be applied after the caller gave up.
+type Store interface {
+	// Admit atomically compares token with the resource's mark and advances it.
+	Admit(ctx context.Context, resource string, token uint64, cmp Compare) (Decision, error)
+	// Mark returns the resource's mark, and false when it has none. It is an
+	// operator's read; the request path never needs it.
+	Mark(ctx context.Context, resource string) (mark uint64, ok bool, err error)
+	// Ping reports whether the store answers (readiness).
+	Ping(ctx context.Context) error
+	// Close releases the store's resources.
+	Close() error
+}
+
+// ErrUnavailable is wrapped by every error that means "the store could not
+// answer": a timeout, a lost connection, a closed store, a corrupt mark.
+// The proxy answers 503 for it and forwards nothing.
+var ErrUnavailable = errors.New("fence store unavailable")
+
+// Unavailable wraps err so that errors.Is(err, ErrUnavailable) holds, keeping
+// err's own text and chain.
+func Unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return &unavailableError{err: err}
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return ErrUnavailable.Error() + ": " + e.err.Error() }
+func (e *unavailableError) Unwrap() []error {
+	return []error{ErrUnavailable, e.err}
+}
