@@ -96,8 +96,8 @@ type Route struct {
 // Template is a parsed resource template such as "orders/{orderID}" or
 // "tenants/{header:X-Tenant}/jobs/{query:job}".
 type Template struct {
-	Raw   string
-	Parts []Part
+	Raw   string // the template's canonical spelling (header names canonical); equal to String()
+	Parts []Part // literal parts are never empty nor adjacent
 }
 
 // PartKind says what fills one part of a Template.

@@ -1,0 +1,46 @@
+# fenceproxy developer targets. `make test` is the README's test command and
+# what CI runs (.ci/run).
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+
+.PHONY: build run test test-short fuzz bench redis-server vet
+
+build: ## static binary, built exactly as the container image builds it
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/fenceproxy ./cmd/fenceproxy
+
+run: ## fenceproxy on the embedded store in front of http://127.0.0.1:3000
+	FENCE_UPSTREAM_URL=$${FENCE_UPSTREAM_URL:-http://127.0.0.1:3000} $(GO) run ./cmd/fenceproxy
+
+test: redis-server vet ## every test, with the race detector; tests start their own redis-server
+	$(GO) test -race -count=1 ./...
+
+test-short: ## without the Redis-backed tests
+	FENCE_SKIP_REDIS=1 $(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+
+FUZZTIME ?= 30s
+fuzz: ## run every fuzz target for FUZZTIME each (seeds live in testdata/fuzz)
+	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./proxy
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalPath$$' -fuzztime $(FUZZTIME) ./proxy
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRoutes$$' -fuzztime $(FUZZTIME) ./config
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTemplate$$' -fuzztime $(FUZZTIME) ./config
+
+bench: redis-server ## Go benchmarks: hot path parsers, route match, one admission per store
+	$(GO) test -run '^$$' -bench . -benchmem ./proxy ./fencestore/...
+
+# The Redis-backed tests need redis-server on PATH. On a fresh Debian machine
+# as root this installs it; elsewhere it says what to install.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing redis-server (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  else \
+	    echo "redis-server not found: install it (Debian/Ubuntu: sudo apt-get install -y redis-server; macOS: brew install redis)" >&2; \
+	    echo "or run 'make test-short' to skip the Redis-backed tests" >&2; exit 1; \
+	  fi; }

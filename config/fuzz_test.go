@@ -1,0 +1,183 @@
+package config
+
+import (
+	"net/http"
+	"net/textproto"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// FuzzParseRoutes checks that ParseRoutes never panics, that what it accepts
+// is well formed, and that every route it accepts can be registered with chi
+// (which panics on patterns it cannot route).
+func FuzzParseRoutes(f *testing.F) {
+	for _, seed := range []string{
+		"",
+		"routes: []\n",
+		"default:\n  fence: false\n",
+		"routes:\n  - name: order-writes\n    methods: [PUT, PATCH, DELETE]\n    path: /orders/{orderID}\n    resource: orders/{orderID}\n    compare: \">=\"\n    token: required\n  - name: reports\n    path: /reports/*\n    fence: false\ndefault:\n  resource: default\n",
+		"routes:\n  - {name: a, path: '/o/{id:[0-9]{3}}/*', resource: 'o/{id}/{*}/{header:x-t}/{query:v}', compare: '>', token: optional}\n",
+		"routes:\n  - {name: a, path: '/o/{id}', resource: o}\n  - {name: b, path: '/o/{x}', methods: [post], resource: o}\n",
+		"routes:\n  - &r {name: a, path: /a, resource: a}\n  - <<: *r\n    name: b\n    path: /b\n",
+		"routes:\n  - name: a\n    path: /a\n    resource: a\n    bogus: 1\n",
+		"routes: [{name: a, path: /a/{b}{c}, resource: x}]\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rs, err := ParseRoutes(data)
+		if err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if line == "" {
+					t.Fatalf("empty problem line in %q", err)
+				}
+			}
+			return
+		}
+		all := append(slices.Clone(rs.Routes), rs.Default)
+		for _, r := range all {
+			checkRoute(t, r)
+		}
+		if rs.Default.Name != "default" || rs.Default.Path != "" {
+			t.Fatalf("bad default rule %+v", rs.Default)
+		}
+		router := chi.NewRouter()
+		for _, r := range rs.Routes {
+			for _, m := range r.Methods {
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							t.Fatalf("chi panics on %s %q: %v", m, r.Path, p)
+						}
+					}()
+					router.Method(m, r.Path, http.NotFoundHandler())
+				}()
+			}
+		}
+	})
+}
+
+// checkRoute fails t unless r is a well-formed validated route.
+func checkRoute(t *testing.T, r Route) {
+	t.Helper()
+	if len(r.Methods) == 0 {
+		t.Fatalf("route %q has no methods", r.Name)
+	}
+	for i, m := range r.Methods {
+		if !slices.Contains(knownMethods, m) || slices.Contains(r.Methods[:i], m) {
+			t.Fatalf("route %q: bad methods %q", r.Name, r.Methods)
+		}
+	}
+	if !r.Fence {
+		if !reflect.DeepEqual(r.Resource, Template{}) || r.Compare != "" || r.TokenOptional {
+			t.Fatalf("unfenced route %q has fencing settings: %+v", r.Name, r)
+		}
+		return
+	}
+	if r.Compare != CompareAtLeast && r.Compare != CompareGreater {
+		t.Fatalf("route %q: compare %q", r.Name, r.Compare)
+	}
+	if len(r.Resource.Parts) == 0 || r.Resource.String() != r.Resource.Raw {
+		t.Fatalf("route %q: bad resource %#v", r.Name, r.Resource)
+	}
+	if r.Path == "" {
+		return
+	}
+	p, err := parsePattern(r.Path)
+	if err != nil {
+		t.Fatalf("route %q: accepted path %q: %v", r.Name, r.Path, err)
+	}
+	again, err := ParseTemplate(r.Resource.Raw, p.params, p.wildcard)
+	if err != nil || !reflect.DeepEqual(again, r.Resource) {
+		t.Fatalf("route %q: resource %q does not parse again: %v", r.Name, r.Resource.Raw, err)
+	}
+}
+
+// FuzzParseTemplate checks that ParseTemplate never panics and that a
+// template it accepts spells the input (up to the case of header names) and
+// parses again to itself.
+func FuzzParseTemplate(f *testing.F) {
+	for _, seed := range []struct {
+		s, params string
+		wildcard  bool
+	}{
+		{"default", "", false},
+		{"orders/{orderID}", "orderID", false},
+		{"files/{*}", "", true},
+		{"t/{header:x-tenant}/jobs/{query:job}", "", false},
+		{"{a}{b}-{header:X}{query:q:r}", "a,b", false},
+		{"{cookie:x}", "", false},
+		{"a/{", "", false},
+		{"}{", "", false},
+		{"{}", "", false},
+	} {
+		f.Add(seed.s, seed.params, seed.wildcard)
+	}
+	f.Fuzz(func(t *testing.T, s, paramList string, wildcard bool) {
+		var params []string
+		if paramList != "" {
+			params = strings.Split(paramList, ",")
+		}
+		tmpl, err := ParseTemplate(s, params, wildcard)
+		if err != nil {
+			return
+		}
+		if got := tmpl.String(); got != tmpl.Raw {
+			t.Fatalf("parts join to %q, Raw is %q", got, tmpl.Raw)
+		}
+		if !sameUpToASCIICase(tmpl.Raw, s) {
+			t.Fatalf("Raw %q does not spell the input %q", tmpl.Raw, s)
+		}
+		for i, p := range tmpl.Parts {
+			switch p.Kind {
+			case PartLiteral:
+				if p.Value == "" || strings.ContainsAny(p.Value, "{}") || i > 0 && tmpl.Parts[i-1].Kind == PartLiteral {
+					t.Fatalf("bad literal part %d in %#v", i, tmpl)
+				}
+			case PartParam:
+				if !slices.Contains(params, p.Value) && !(wildcard && p.Value == "*") {
+					t.Fatalf("param %q not allowed in %#v", p.Value, tmpl)
+				}
+			case PartHeader:
+				if !validHeaderName(p.Value) || textproto.CanonicalMIMEHeaderKey(p.Value) != p.Value {
+					t.Fatalf("header %q not canonical in %#v", p.Value, tmpl)
+				}
+			case PartQuery:
+				if p.Value == "" {
+					t.Fatalf("empty query name in %#v", tmpl)
+				}
+			default:
+				t.Fatalf("unknown part kind in %#v", tmpl)
+			}
+		}
+		again, err := ParseTemplate(tmpl.Raw, params, wildcard)
+		if err != nil || !reflect.DeepEqual(again, tmpl) {
+			t.Fatalf("Raw %q does not parse to the same template: %#v, %v", tmpl.Raw, again, err)
+		}
+	})
+}
+
+// sameUpToASCIICase reports whether a and b differ at most in the case of
+// ASCII letters.
+func sameUpToASCIICase(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}

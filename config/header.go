@@ -1,0 +1,49 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// validHeaderName reports whether s is an HTTP field name: a non-empty RFC
+// 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTokenChar(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// isTokenChar reports whether c is an RFC 9110 tchar.
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// reservedHeaders may not carry the token: proxies remove, rewrite or
+// interpret them (hop-by-hop and framing fields).
+var reservedHeaders = []string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade",
+	"TE", "Trailer", "Content-Length", "Host", "Proxy-Authorization", "Proxy-Authenticate",
+}
+
+// checkTokenHeader returns why name cannot be the token header, or nil.
+func checkTokenHeader(name string) error {
+	if !validHeaderName(name) {
+		return fmt.Errorf("%q is not a valid HTTP header name", name)
+	}
+	for _, h := range reservedHeaders {
+		if strings.EqualFold(name, h) {
+			return fmt.Errorf("%q is a hop-by-hop or framing header that proxies rewrite; choose another", name)
+		}
+	}
+	return nil
+}

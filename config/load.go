@@ -1,0 +1,386 @@
+package config
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/textproto"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"go.uber.org/zap/zapcore"
+)
+
+// rawEnv is the environment as given. Every field is a string so that
+// validation, not env, reports a bad value, in words that name the variable.
+// env applies the defaults, also to a variable set to "".
+type rawEnv struct {
+	UpstreamURL     string `env:"FENCE_UPSTREAM_URL"`
+	ListenAddr      string `env:"FENCE_LISTEN_ADDR" envDefault:":8080"`
+	AdminAddr       string `env:"FENCE_ADMIN_ADDR" envDefault:":9090"`
+	Store           string `env:"FENCE_STORE"`
+	BoltPath        string `env:"FENCE_BOLT_PATH" envDefault:"fenceproxy.db"`
+	RoutesFile      string `env:"FENCE_ROUTES_FILE"`
+	TokenHeader     string `env:"FENCE_TOKEN_HEADER" envDefault:"Fencing-Token"`
+	KeyPrefix       string `env:"FENCE_KEY_PREFIX" envDefault:"fence:"`
+	StoreTimeout    string `env:"FENCE_STORE_TIMEOUT" envDefault:"500ms"`
+	ShutdownTimeout string `env:"FENCE_SHUTDOWN_TIMEOUT" envDefault:"25s"`
+	LogLevel        string `env:"FENCE_LOG_LEVEL" envDefault:"info"`
+
+	RedisURL      string `env:"FENCE_REDIS_URL"`
+	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS"`
+	MasterName    string `env:"FENCE_REDIS_MASTER_NAME" envDefault:"mymaster"`
+	ClusterAddrs  string `env:"FENCE_REDIS_CLUSTER_ADDRS"`
+	Username      string `env:"FENCE_REDIS_USERNAME"`
+	Password      string `env:"FENCE_REDIS_PASSWORD"`
+	TLSCAFile     string `env:"FENCE_REDIS_TLS_CA_FILE"`
+	MinReplicas   string `env:"FENCE_REDIS_MIN_REPLICAS" envDefault:"0"`
+	WaitTimeout   string `env:"FENCE_REDIS_WAIT_TIMEOUT" envDefault:"100ms"`
+	Eviction      string `env:"FENCE_REDIS_EVICTION" envDefault:"refuse"`
+}
+
+// Environ turns kv, as os.Environ returns it ("KEY=value" entries), into the
+// map Load reads. As with os.Getenv, the first of repeated keys wins; entries
+// without '=' or with an empty key are skipped.
+func Environ(kv []string) map[string]string {
+	m := make(map[string]string, len(kv))
+	for _, e := range kv {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			continue
+		}
+		if _, seen := m[k]; !seen {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// Load reads the configuration from environ (a nil map is an empty
+// environment; pass Environ(os.Environ()) for the process's) and from the
+// routes file FENCE_ROUTES_FILE names, if any, and validates all of it. It
+// returns a complete Config or, if anything is wrong, an error listing every
+// problem, one per line, each starting with the variable it concerns (routes
+// file problems start with FENCE_ROUTES_FILE and the file's name, then name
+// the route). No message contains FENCE_REDIS_PASSWORD or a URL's password.
+func Load(environ map[string]string) (*Config, error) {
+	if environ == nil {
+		environ = map[string]string{} // env would read the process environment
+	}
+	var raw rawEnv
+	if err := env.ParseWithOptions(&raw, env.Options{Environment: environ}); err != nil {
+		return nil, fmt.Errorf("reading the environment: %w", err)
+	}
+
+	var problems []error
+	bad := func(variable, format string, args ...any) {
+		problems = append(problems, errors.New(variable+": "+fmt.Sprintf(format, args...)))
+	}
+	c := &Config{
+		BoltPath:   raw.BoltPath,
+		RoutesFile: raw.RoutesFile,
+		KeyPrefix:  raw.KeyPrefix,
+		Redis: Redis{
+			URL:        raw.RedisURL,
+			MasterName: raw.MasterName,
+			Username:   raw.Username,
+			Password:   raw.Password,
+			TLSCAFile:  raw.TLSCAFile,
+		},
+	}
+
+	c.UpstreamURL = parseUpstream(raw.UpstreamURL, bad)
+	c.ListenAddr = raw.ListenAddr
+	c.AdminAddr = raw.AdminAddr
+	checkListeners(raw.ListenAddr, raw.AdminAddr, bad)
+
+	if err := checkTokenHeader(raw.TokenHeader); err != nil {
+		bad("FENCE_TOKEN_HEADER", "%v", err)
+	} else {
+		c.TokenHeader = textproto.CanonicalMIMEHeaderKey(raw.TokenHeader)
+	}
+
+	c.StoreTimeout = parsePositiveDuration("FENCE_STORE_TIMEOUT", raw.StoreTimeout, bad)
+	c.ShutdownTimeout = parsePositiveDuration("FENCE_SHUTDOWN_TIMEOUT", raw.ShutdownTimeout, bad)
+	c.Redis.WaitTimeout = parsePositiveDuration("FENCE_REDIS_WAIT_TIMEOUT", raw.WaitTimeout, bad)
+
+	if lvl, err := zapcore.ParseLevel(raw.LogLevel); err != nil {
+		bad("FENCE_LOG_LEVEL", "%q is not a level (debug, info, warn, error, dpanic, panic, fatal)", raw.LogLevel)
+	} else {
+		c.LogLevel = lvl
+	}
+
+	c.Store = deriveStore(raw, bad)
+	if raw.RedisURL != "" {
+		checkRedisURL(raw.RedisURL, bad)
+		if raw.Username != "" || raw.Password != "" {
+			bad("FENCE_REDIS_USERNAME, FENCE_REDIS_PASSWORD", "only for sentinel or cluster; FENCE_REDIS_URL carries its own credentials (redis://user:pass@host:port)")
+		}
+	}
+	c.Redis.SentinelAddrs = parseAddrList("FENCE_REDIS_SENTINEL_ADDRS", raw.SentinelAddrs, bad)
+	c.Redis.ClusterAddrs = parseAddrList("FENCE_REDIS_CLUSTER_ADDRS", raw.ClusterAddrs, bad)
+	if strings.TrimSpace(raw.MasterName) == "" {
+		bad("FENCE_REDIS_MASTER_NAME", "blank")
+	}
+	if n, err := strconv.Atoi(raw.MinReplicas); err != nil || n < 0 {
+		bad("FENCE_REDIS_MIN_REPLICAS", "%q is not an integer >= 0", raw.MinReplicas)
+	} else {
+		c.Redis.MinReplicas = n
+	}
+	switch e := Eviction(raw.Eviction); e {
+	case EvictionRefuse, EvictionWarn, EvictionOff:
+		c.Redis.Eviction = e
+	default:
+		bad("FENCE_REDIS_EVICTION", "%q must be refuse, warn or off", raw.Eviction)
+	}
+	if raw.TLSCAFile != "" {
+		if err := checkCAFile(raw.TLSCAFile); err != nil {
+			problems = append(problems, fmt.Errorf("FENCE_REDIS_TLS_CA_FILE: %w", err))
+		}
+	}
+
+	if raw.RoutesFile == "" {
+		c.Routes = DefaultRoutes()
+	} else if data, err := os.ReadFile(raw.RoutesFile); err != nil {
+		problems = append(problems, fmt.Errorf("FENCE_ROUTES_FILE: %w", err))
+	} else {
+		rs, routeProblems := parseRoutes(data)
+		if c.TokenHeader != "" {
+			routeProblems = append(routeProblems, tokenAsResource(rs, c.TokenHeader)...)
+		}
+		for _, p := range routeProblems {
+			problems = append(problems, fmt.Errorf("FENCE_ROUTES_FILE %q: %w", raw.RoutesFile, p))
+		}
+		c.Routes = rs
+	}
+
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	return c, nil
+}
+
+// tokenAsResource reports the rules whose resource template reads the token
+// header: a mark per token value would fence nothing.
+func tokenAsResource(rs Routes, tokenHeader string) []error {
+	var problems []error
+	for i, r := range append(slices.Clone(rs.Routes), rs.Default) {
+		label := "default"
+		if i < len(rs.Routes) {
+			label = routeLabel(i, r.Name)
+		}
+		for _, p := range r.Resource.Parts {
+			if p.Kind == PartHeader && p.Value == tokenHeader {
+				problems = append(problems, fmt.Errorf("%s: resource: {header:%s} is the token header (FENCE_TOKEN_HEADER); a mark per token fences nothing", label, p.Value))
+				break
+			}
+		}
+	}
+	return problems
+}
+
+// shown quotes a value for an error message, unless it contains '@': a URL
+// (or an address someone wrote as one) may then carry a password.
+func shown(v string) string {
+	if strings.Contains(v, "@") {
+		return "the value (not shown: it may hold a password)"
+	}
+	return strconv.Quote(v)
+}
+
+// parseUpstream parses FENCE_UPSTREAM_URL.
+func parseUpstream(raw string, bad func(variable, format string, args ...any)) *url.URL {
+	const name = "FENCE_UPSTREAM_URL"
+	if raw == "" {
+		bad(name, "required (the protected service, e.g. http://127.0.0.1:3000)")
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		if strings.Contains(raw, "@") {
+			bad(name, "%s is not a URL", shown(raw))
+		} else {
+			bad(name, "not a URL: %v", err)
+		}
+		return nil
+	}
+	ps := upstreamProblems(u)
+	for _, p := range ps {
+		bad(name, "%s %s", shown(raw), p)
+	}
+	if len(ps) > 0 {
+		return nil
+	}
+	return u
+}
+
+// upstreamProblems lists what is wrong with u as the upstream URL.
+func upstreamProblems(u *url.URL) []string {
+	var ps []string
+	if u.Scheme != "http" && u.Scheme != "https" {
+		ps = append(ps, "must use scheme http or https")
+	}
+	if u.Hostname() == "" {
+		ps = append(ps, "has no host")
+	}
+	if u.User != nil {
+		ps = append(ps, "may not carry user information")
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		ps = append(ps, "may not have a query")
+	}
+	if u.Fragment != "" {
+		ps = append(ps, "may not have a fragment")
+	}
+	return ps
+}
+
+// checkListeners checks FENCE_LISTEN_ADDR and FENCE_ADMIN_ADDR and that they
+// are different listeners (port 0, any free port, may appear in both).
+func checkListeners(listen, admin string, bad func(variable, format string, args ...any)) {
+	lh, lp, lok := splitListenAddr("FENCE_LISTEN_ADDR", listen, bad)
+	ah, ap, aok := splitListenAddr("FENCE_ADMIN_ADDR", admin, bad)
+	if !lok || !aok || lp != ap || lp == 0 {
+		return
+	}
+	if lh == ah || anyHost(lh) || anyHost(ah) {
+		bad("FENCE_ADMIN_ADDR", "%q must differ from FENCE_LISTEN_ADDR (%q)", admin, listen)
+	}
+}
+
+// splitListenAddr splits a listen address into host and port.
+func splitListenAddr(variable, addr string, bad func(variable, format string, args ...any)) (string, uint64, bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		bad(variable, "%q is not host:port (e.g. :8080)", addr)
+		return "", 0, false
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		bad(variable, "%q: port must be a number from 0 to 65535", addr)
+		return "", 0, false
+	}
+	return host, p, true
+}
+
+// anyHost reports whether host listens on every interface.
+func anyHost(host string) bool {
+	return host == "" || host == "0.0.0.0" || host == "::"
+}
+
+// parsePositiveDuration parses a duration variable that must be above zero.
+func parsePositiveDuration(variable, v string, bad func(variable, format string, args ...any)) time.Duration {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		bad(variable, "%q is not a duration (e.g. 500ms, 2s)", v)
+	case d <= 0:
+		bad(variable, "%q must be greater than 0", v)
+	}
+	return d
+}
+
+// redisAddrVars are the variables that each point the store at Redis.
+var redisAddrVars = []string{"FENCE_REDIS_URL", "FENCE_REDIS_SENTINEL_ADDRS", "FENCE_REDIS_CLUSTER_ADDRS"}
+
+// deriveStore returns FENCE_STORE, or the store the Redis variables imply.
+func deriveStore(raw rawEnv, bad func(variable, format string, args ...any)) StoreKind {
+	var set []string
+	for i, v := range []string{raw.RedisURL, raw.SentinelAddrs, raw.ClusterAddrs} {
+		if v != "" {
+			set = append(set, redisAddrVars[i])
+		}
+	}
+	if len(set) > 1 {
+		bad(strings.Join(set, ", "), "at most one of these may be set")
+	}
+	switch s := StoreKind(raw.Store); {
+	case s == "" && len(set) > 0:
+		return StoreRedis
+	case s == "":
+		return StoreBolt
+	case s == StoreRedis:
+		if len(set) == 0 {
+			bad("FENCE_STORE", "redis needs one of %s", strings.Join(redisAddrVars, ", "))
+		}
+		return s
+	case s == StoreBolt || s == StoreMemory:
+		if len(set) > 0 {
+			bad("FENCE_STORE", "%q contradicts %s (unset it, or use FENCE_STORE=redis)", raw.Store, strings.Join(set, ", "))
+		}
+		return s
+	default:
+		bad("FENCE_STORE", "%q must be redis, bolt or memory", raw.Store)
+		return ""
+	}
+}
+
+// checkRedisURL checks the form of FENCE_REDIS_URL; redis.ParseURL reads it
+// later. Messages never show the URL: it may carry a password.
+func checkRedisURL(raw string, bad func(variable, format string, args ...any)) {
+	const name = "FENCE_REDIS_URL"
+	u, err := url.Parse(raw)
+	if err != nil {
+		bad(name, "not a valid URL (want redis://[user:pass@]host:port/db or rediss://...)")
+		return
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		bad(name, "scheme must be redis or rediss (want redis://[user:pass@]host:port/db)")
+		return
+	}
+	if u.Hostname() == "" {
+		bad(name, "has no host (want redis://[user:pass@]host:port/db)")
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if _, err := strconv.ParseUint(db, 10, 31); err != nil {
+			bad(name, "the path must be a database number (/0, /1, ...)")
+		}
+	}
+	if u.Fragment != "" {
+		bad(name, "may not have a fragment")
+	}
+}
+
+// parseAddrList parses a comma list of host:port addresses.
+func parseAddrList(variable, v string, bad func(variable, format string, args ...any)) []string {
+	if v == "" {
+		return nil
+	}
+	var addrs []string
+	for i, a := range strings.Split(v, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			bad(variable, "entry %d is empty", i+1)
+			continue
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" {
+			bad(variable, "entry %d %s is not host:port", i+1, shown(a))
+			continue
+		}
+		if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+			bad(variable, "entry %d %s: port must be a number from 1 to 65535", i+1, shown(a))
+			continue
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs
+}
+
+// checkCAFile checks that path is a readable bundle of PEM certificates.
+func checkCAFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(data) {
+		return fmt.Errorf("%q holds no PEM certificate", path)
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func lit(s string) Part    { return Part{Kind: PartLiteral, Value: s} }
+func param(s string) Part  { return Part{Kind: PartParam, Value: s} }
+func header(s string) Part { return Part{Kind: PartHeader, Value: s} }
+func query(s string) Part  { return Part{Kind: PartQuery, Value: s} }
+
+func TestParseRoutesValid(t *testing.T) {
+	const file = `
+routes:
+  - name: order-writes
+    methods: [put, PATCH, Delete]
+    path: /orders/{orderID}
+    resource: orders/{orderID}
+    compare: ">="
+    token: required
+  - name: order-items
+    path: /orders/{orderID:[0-9]+}/items/{item}
+    resource: "tenants/{header:x-tenant}/orders/{orderID}/{item}?v={query:version}"
+    compare: ">"
+    token: optional
+  - name: files.v2
+    methods: [POST]
+    path: /files/*
+    resource: files/{*}
+  - name: reports
+    path: /reports/*
+    fence: false
+  - name: reports_get
+    methods: [GET]
+    path: /reports/*
+    fence: true
+    resource: reports
+default:
+  methods: [POST, PUT]
+  resource: "tenant-{header:X-Tenant}"
+  token: optional
+`
+	got, err := ParseRoutes([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Routes{
+		Routes: []Route{
+			{
+				Name: "order-writes", Methods: []string{"PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID}", Fence: true,
+				Resource: Template{Raw: "orders/{orderID}", Parts: []Part{lit("orders/"), param("orderID")}},
+				Compare:  CompareAtLeast,
+			},
+			{
+				Name: "order-items", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID:[0-9]+}/items/{item}", Fence: true,
+				Resource: Template{
+					Raw: "tenants/{header:X-Tenant}/orders/{orderID}/{item}?v={query:version}",
+					Parts: []Part{
+						lit("tenants/"), header("X-Tenant"), lit("/orders/"), param("orderID"), lit("/"), param("item"),
+						lit("?v="), query("version"),
+					},
+				},
+				Compare:       CompareGreater,
+				TokenOptional: true,
+			},
+			{
+				Name: "files.v2", Methods: []string{"POST"}, Path: "/files/*", Fence: true,
+				Resource: Template{Raw: "files/{*}", Parts: []Part{lit("files/"), param("*")}},
+				Compare:  CompareAtLeast,
+			},
+			{Name: "reports", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/reports/*"},
+			{
+				Name: "reports_get", Methods: []string{"GET"}, Path: "/reports/*", Fence: true,
+				Resource: Template{Raw: "reports", Parts: []Part{lit("reports")}},
+				Compare:  CompareAtLeast,
+			},
+		},
+		Default: Route{
+			Name: "default", Methods: []string{"POST", "PUT"}, Fence: true,
+			Resource:      Template{Raw: "tenant-{header:X-Tenant}", Parts: []Part{lit("tenant-"), header("X-Tenant")}},
+			Compare:       CompareAtLeast,
+			TokenOptional: true,
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %#v\nwant %#v", got, want)
+	}
+}
+
+func TestParseRoutesDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		want Routes
+	}{
+		{"one route, no default", "routes:\n  - {name: a, path: /a, resource: a}\n", Routes{
+			Routes: []Route{{
+				Name: "a", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/a", Fence: true,
+				Resource: Template{Raw: "a", Parts: []Part{lit("a")}}, Compare: CompareAtLeast,
+			}},
+			Default: DefaultRoutes().Default,
+		}},
+		{"default only, unfenced", "default:\n  fence: false\n", Routes{
+			Default: Route{Name: "default", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}},
+		}},
+		{"empty default is the default rule", "routes: []\ndefault: {}\n", DefaultRoutes()},
+		{"default resource only", "default:\n  resource: default\n", DefaultRoutes()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseRoutes([]byte(tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %#v\nwant %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRoutesInvalid(t *testing.T) {
+	// route wraps one route's YAML lines in a file with a valid first route.
+	route := func(lines ...string) string {
+		return "routes:\n  - name: ok\n    path: /ok\n    resource: ok\n  - " + strings.Join(lines, "\n    ") + "\n"
+	}
+	tests := []struct {
+		name string
+		file string
+		want []string // substrings of the expected problems, one per problem
+	}{
+		{"not yaml", "routes: [", []string{"yaml: line 1:"}},
+		{"two documents", "routes: []\n---\nroutes: []\n", []string{"more than one YAML document"}},
+		{"empty file", "", []string{"no routes"}},
+		{"empty routes, no default", "routes: []\n", []string{"no routes"}},
+		{"top-level unknown key", "route:\n  - name: a\n", []string{`line 1: unknown key "route"`}},
+		{"top-level not a mapping", "- name: a\n", []string{"line 1: cannot use !!seq here: want a mapping with keys routes and default"}},
+		{"routes not a list", "routes: {name: a}\n", []string{"line 1: cannot use !!map here: want a list of routes"}},
+		{"unknown key", route("name: writes", "path: /w", "resorce: w"),
+			[]string{`route "writes": line 7: unknown key "resorce"`}},
+		{"unknown key in a nameless route", route("path: /w", "resource: w", "bogus: 1"),
+			[]string{`routes[1]: line 7: unknown key "bogus"`}},
+		{"key twice", route("name: writes", "path: /w", "resource: w", "path: /x"),
+			[]string{`route "writes": line 8: key "path" given twice`}},
+		{"fence not a boolean", route("name: writes", "path: /w", "fence: maybe"),
+			[]string{"route \"writes\": line 7: cannot use !!str `maybe` here: want true or false"}},
+		{"methods not a list", route("name: writes", "path: /w", "resource: w", "methods: PUT"),
+			[]string{"route \"writes\": line 8: cannot use !!str `PUT` here: want a list of methods"}},
+		{"unknown key in default", "routes: []\ndefault:\n  name: d\n", []string{`default: line 3: unknown key "name"`}},
+		{"path in default", "default:\n  path: /x\n", []string{`default: line 2: unknown key "path"`}},
+		{"unknown placeholder", route("name: writes", "path: /w/{id}", "resource: w/{cookie:x}"),
+			[]string{`route "writes": resource: "w/{cookie:x}": {cookie:x}: unknown placeholder kind "cookie"`}},
+		{"param not in path", route("name: writes", "path: /orders/{id}", "resource: orders/{orderID}"),
+			[]string{`route "writes": resource: "orders/{orderID}": {orderID} is not a parameter of the path (it has id)`}},
+		{"wildcard without /*", route("name: writes", "path: /files/{name}", "resource: files/{*}"),
+			[]string{`route "writes": resource: "files/{*}": {*} needs a path ending in "/*"`}},
+		{"empty resource", route("name: writes", "path: /w", `resource: ""`),
+			[]string{`route "writes": resource: empty template`}},
+		{"missing resource", route("name: writes", "path: /w"),
+			[]string{`route "writes": resource: required for a fenced route`}},
+		{"unbalanced template", route("name: writes", "path: /w", "resource: w/{x"),
+			[]string{`route "writes": resource: "w/{x": '{' at offset 2 is never closed`}},
+		{"empty placeholder", route("name: writes", "path: /w", "resource: w/{}"),
+			[]string{`route "writes": resource: "w/{}": empty placeholder {}`}},
+		{"bad header placeholder", route("name: writes", "path: /w", `resource: "w/{header:X Tenant}"`),
+			[]string{`route "writes": resource: "w/{header:X Tenant}": {header:X Tenant}: "X Tenant" is not a valid header name`}},
+		{"empty query placeholder", route("name: writes", "path: /w", "resource: w/{query:}"),
+			[]string{`route "writes": resource: "w/{query:}": {query:}: empty query parameter name`}},
+		{"bad compare", route("name: writes", "path: /w", "resource: w", `compare: "=>"`),
+			[]string{`route "writes": compare: "=>" must be ">=" or ">"`}},
+		{"bad token", route("name: writes", "path: /w", "resource: w", "token: sometimes"),
+			[]string{`route "writes": token: "sometimes" must be required or optional`}},
+		{"same method and pattern", route("name: again", "path: /ok", "resource: ok", "methods: [GET, PUT]"),
+			[]string{`route "again": path: PUT /ok has the same method and pattern as route "ok" (/ok)`}},
+		{"same pattern with renamed params",
+			"routes:\n  - {name: a, path: '/orders/{id}', resource: 'o/{id}'}\n  - {name: b, path: '/orders/{orderID}', methods: [delete], resource: 'o/{orderID}'}\n",
+			[]string{`route "b": path: DELETE /orders/{orderID} has the same method and pattern as route "a" (/orders/{id}); parameter names do not count`}},
+		{"same regex pattern with renamed params",
+			"routes:\n  - {name: a, path: '/o/{id:[0-9]+}', resource: o}\n  - {name: b, path: '/o/{n:[0-9]+}', fence: false}\n",
+			[]string{`route "b": path: POST, PUT, PATCH, DELETE /o/{n:[0-9]+} has the same method and pattern as route "a"`}},
+		{"duplicate names", route("name: ok", "path: /other", "resource: x"),
+			[]string{`route "ok": name: duplicate (routes[0] and routes[1])`}},
+		{"missing name", route("path: /w", "resource: w"), []string{"routes[1]: name: required"}},
+		{"bad name", route("name: order writes", "path: /w", "resource: w"),
+			[]string{`route "order writes": name: must match [A-Za-z0-9_.-]+`}},
+		{"reserved name", route("name: default", "path: /w", "resource: w"),
+			[]string{`route "default": name: "default" is reserved for the default rule`}},
+		{"missing path", route("name: writes", "resource: w"), []string{`route "writes": path: required`}},
+		{"relative path", route("name: writes", "path: w", "resource: w"), []string{`route "writes": path: "w" must start with '/'`}},
+		{"bad regex", route("name: writes", "path: '/o/{id:[0-9+}'", "resource: w"),
+			[]string{`route "writes": path: "/o/{id:[0-9+}": parameter {id}: invalid regular expression: missing closing ]`}},
+		{"unbalanced path", route("name: writes", "path: '/o/{id'", "resource: w"),
+			[]string{`route "writes": path: "/o/{id": '{' at offset 3 is never closed`}},
+		{"duplicate param", route("name: writes", "path: '/o/{id}/{id}'", "resource: w"),
+			[]string{`route "writes": path: "/o/{id}/{id}": parameter {id} appears twice`}},
+		{"wildcard inside", route("name: writes", "path: /o/*/x", "resource: w"),
+			[]string{`route "writes": path: "/o/*/x": '*' is allowed only as the final segment "/*"`}},
+		{"fence false with resource", route("name: writes", "path: /w", "fence: false", "resource: w", "token: optional"),
+			[]string{`route "writes": fence: false contradicts resource, token`}},
+		{"bad method", route("name: writes", "path: /w", "resource: w", "methods: [PUT, FETCH]"),
+			[]string{`route "writes": methods: "FETCH" is not one of GET HEAD POST PUT PATCH DELETE OPTIONS TRACE CONNECT`}},
+		{"duplicate method", route("name: writes", "path: /w", "resource: w", "methods: [PUT, put]"),
+			[]string{`route "writes": methods: PUT listed twice`}},
+		{"empty methods", route("name: writes", "path: /w", "resource: w", "methods: []"),
+			[]string{`route "writes": methods: empty`}},
+		{"default with param", "routes: []\ndefault:\n  resource: orders/{orderID}\n",
+			[]string{`default: resource: "orders/{orderID}": {orderID} is not a parameter of the path (it has none); the default rule has no path`}},
+		{"default with wildcard", "default:\n  resource: 'f/{*}'\n", []string{`default: resource: "f/{*}": {*} needs a path ending in "/*"`}},
+		{"default bad compare", "default:\n  compare: '>>'\n", []string{`default: compare: ">>" must be ">=" or ">"`}},
+		{"default fence false with compare", "default:\n  fence: false\n  compare: '>'\n", []string{"default: fence: false contradicts compare"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseRoutes([]byte(tt.file))
+			requireProblems(t, err, tt.want...)
+			if lines := problemLines(t, err); len(lines) != len(tt.want) {
+				t.Errorf("want %d problems, got %d:\n%v", len(tt.want), len(lines), err)
+			}
+		})
+	}
+}
+
+func TestParseRoutesReportsEveryProblem(t *testing.T) {
+	const file = `
+routes:
+  - name: a
+    path: /a/{id}
+    resource: a/{ID}
+    compare: "=="
+    token: maybe
+  - path: /b
+    resource: b
+    colour: blue
+  - name: c
+    path: /c//d
+    fence: false
+    compare: ">"
+  - name: a
+    path: /a/{x}
+    methods: [put]
+    resource: a
+default:
+  resource: "{query:}"
+`
+	_, err := ParseRoutes([]byte(file))
+	wants := []string{
+		`route "a": resource: "a/{ID}": {ID} is not a parameter of the path (it has id)`,
+		`route "a": compare: "==" must be`,
+		`route "a": token: "maybe" must be`,
+		`routes[1]: line 10: unknown key "colour"`,
+		`route "c": path: "/c//d": empty segment never matches`,
+		`route "c": fence: false contradicts compare`,
+		`route "a": name: duplicate (routes[0] and routes[3])`,
+		`route "a": path: PUT /a/{x} has the same method and pattern as route "a" (/a/{id})`,
+		`default: resource: "{query:}": {query:}: empty query parameter name`,
+	}
+	requireProblems(t, err, wants...)
+	if lines := problemLines(t, err); len(lines) != len(wants) {
+		t.Errorf("want %d problems, got %d:\n%v", len(wants), len(lines), err)
+	}
+}

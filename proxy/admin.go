@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+// ReadinessCheck is one more condition of /readyz besides the store
+// answering (for example: Redis could evict marks). A non-nil error makes the
+// proxy not ready; the error's text is the answer's body.
+type ReadinessCheck func(ctx context.Context) error
+
+// AdminOptions configure the admin handler.
+type AdminOptions struct {
+	Store   fencestore.Store
+	Timeout time.Duration // bound on one readiness probe of the store; if zero, 500ms
+	Metrics *Metrics
+	Checks  []ReadinessCheck
+	Logger  *zap.Logger // if nil, nothing is logged
+}
+
+// Admin serves /healthz, /readyz and /metrics.
+type Admin struct {
+	http.Handler
+	draining atomic.Bool
+}
+
+// NewAdmin builds the admin handler.
+func NewAdmin(o AdminOptions) *Admin {
+	if o.Timeout <= 0 {
+		o.Timeout = 500 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	a := &Admin{}
+	mux := chi.NewMux()
+	mux.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		plain(w, http.StatusOK, "ok")
+	})
+	mux.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if a.draining.Load() {
+			plain(w, http.StatusServiceUnavailable, "draining: shutting down")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), o.Timeout)
+		defer cancel()
+		if err := o.Store.Ping(ctx); err != nil {
+			o.Logger.Warn("not ready", zap.Error(err))
+			plain(w, http.StatusServiceUnavailable, "fence store: "+err.Error())
+			return
+		}
+		for _, check := range o.Checks {
+			if err := check(ctx); err != nil {
+				o.Logger.Warn("not ready", zap.Error(err))
+				plain(w, http.StatusServiceUnavailable, err.Error())
+				return
+			}
+		}
+		plain(w, http.StatusOK, "ready")
+	})
+	if o.Metrics != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	a.Handler = mux
+	return a
+}
+
+// SetDraining makes /readyz answer 503 from now on, so the load balancer
+// stops sending new requests while in-flight ones finish.
+func (a *Admin) SetDraining() { a.draining.Store(true) }
+
+func plain(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(msg + "\n"))
+}

@@ -1,0 +1,71 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// NewTransport returns the Transport that forwards to the upstream. A sidecar
+// talks to one upstream over loopback, so it keeps many idle connections to
+// it (the default of 2 per host would churn a connection per request under
+// load), never compresses on its own, and dials with a short timeout.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // never route the protected hop through HTTP_PROXY
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+}
+
+// newForwarder builds the reverse proxy for one route. It uses Rewrite, not
+// Director: Rewrite runs after hop-by-hop headers are stripped, so nothing the
+// client lists in Connection can remove what Rewrite sets (golang/go#50580).
+// The handler has already refused a Connection header naming the token.
+func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *routeMetrics) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			// A sidecar is transparent: keep the Host the client asked for (the
+			// app may build absolute URLs or route virtual hosts from it).
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport: tr,
+		// FlushInterval 0: responses are streamed and flushed as the upstream
+		// writes them when they have no length or are event streams, the
+		// ReverseProxy default.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status := http.StatusBadGateway
+			switch {
+			case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+				// The client went away; nobody reads the answer. Count nothing.
+				w.WriteHeader(499)
+				return
+			case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+				status = http.StatusGatewayTimeout
+			}
+			m.upstreamErrors.Inc()
+			log.Warn("upstream failed", zap.Int("status", status), zap.Error(err))
+			writeProblem(w, &problem{
+				Type: "about:blank", Title: http.StatusText(status), Status: status,
+				Detail: "the upstream did not answer: the request was admitted and may or may not have reached it",
+			})
+		},
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem types of the contract. Each is the "type" member of an RFC 9457
+// answer and never changes once published.
+const (
+	TypeStaleToken       = "urn:fenceproxy:stale-token"
+	TypeTokenRequired    = "urn:fenceproxy:token-required"
+	TypeTokenMalformed   = "urn:fenceproxy:token-malformed"
+	TypeBadRequest       = "urn:fenceproxy:bad-request"
+	TypeStoreUnavailable = "urn:fenceproxy:store-unavailable"
+)
+
+// problem is one RFC 9457 answer. Token and mark are decimal strings because
+// JSON numbers lose precision past 2^53.
+type problem struct {
+	Type          string `json:"type"`
+	Title         string `json:"title"`
+	Status        int    `json:"status"`
+	Detail        string `json:"detail"`
+	Route         string `json:"route,omitempty"`
+	Resource      string `json:"resource,omitempty"`
+	Token         string `json:"token,omitempty"`
+	HighWaterMark string `json:"highWaterMark,omitempty"`
+}
+
+// retryAfterSeconds is sent with 503: long enough for a restarted Redis or a
+// failover to settle, short enough not to stall a client that retries.
+const retryAfterSeconds = "1"
+
+// writeProblem writes p as application/problem+json. It is the only place
+// that produces a refusal, so every refusal has the same shape.
+func writeProblem(w http.ResponseWriter, p *problem) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.Status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", retryAfterSeconds)
+	}
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen for this struct of strings; keep the status anyway
+		body = []byte(`{"type":"about:blank","status":` + strconv.Itoa(p.Status) + `}`)
+	}
+	body = append(body, '\n')
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+func formatUint(v uint64) string { return strconv.FormatUint(v, 10) }

@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+// route is one entry of the table as the handler uses it: the validated
+// config plus what is resolved once at start.
+type route struct {
+	name          string
+	fence         bool
+	methods       map[string]bool // default rule only: the methods it fences
+	compare       fencestore.Compare
+	resource      config.Template
+	tokenOptional bool
+	// connHeaders are the headers this route's admission depends on (the token
+	// and template headers). A request whose Connection header names one of
+	// them is refused: the hop-by-hop stripping would remove it on the way to
+	// the upstream, which would then not see what was fenced.
+	connHeaders []string
+	metrics     *routeMetrics
+	forward     *httputil.ReverseProxy
+}
+
+type routeKey struct{ method, pattern string }
+
+// Router matches a canonical path and method to a route with chi's rules
+// (static beats parameter beats wildcard, method-aware), without building a
+// request context: it calls chi's Find with a pooled route context, so a
+// match allocates nothing.
+type Router struct {
+	mux      *chi.Mux
+	byKey    map[routeKey]*route
+	fallback *route
+	pool     sync.Pool // of *chi.Context
+}
+
+// CheckRoutes builds the route table once and reports what chi refuses, with
+// the route named, so `fenceproxy check` catches every start-time error.
+func CheckRoutes(rs config.Routes) error {
+	_, err := newRouter(rs, "", NewMetrics())
+	return err
+}
+
+// newRouter builds the route table. It fails with an error naming the route
+// when chi refuses a pattern (chi panics on some malformed patterns; that
+// panic is turned into the error here, at start, never at request time).
+func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*Router, error) {
+	rt := &Router{
+		mux:   chi.NewMux(),
+		byKey: make(map[routeKey]*route),
+		pool:  sync.Pool{New: func() any { return chi.NewRouteContext() }},
+	}
+	noop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for i := range rs.Routes {
+		cr := &rs.Routes[i]
+		r := newRoute(cr, tokenHeader, m)
+		pattern := matchPattern(cr.Path)
+		for _, method := range cr.Methods {
+			if err := register(rt.mux, method, pattern, noop); err != nil {
+				return nil, fmt.Errorf("route %q: path %q: %w", cr.Name, cr.Path, err)
+			}
+			rt.byKey[routeKey{method, pattern}] = r
+		}
+	}
+	def := rs.Default
+	if def.Name == "" {
+		def.Name = "default"
+	}
+	rt.fallback = newRoute(&def, tokenHeader, m)
+	rt.fallback.methods = make(map[string]bool, len(def.Methods))
+	for _, method := range def.Methods {
+		rt.fallback.methods[method] = true
+	}
+	return rt, nil
+}
+
+func newRoute(cr *config.Route, tokenHeader string, m *Metrics) *route {
+	r := &route{
+		name:          cr.Name,
+		fence:         cr.Fence,
+		resource:      cr.Resource,
+		tokenOptional: cr.TokenOptional,
+		compare:       fencestore.AtLeast,
+		metrics:       m.forRoute(cr.Name),
+	}
+	if cr.Compare == config.CompareGreater {
+		r.compare = fencestore.Greater
+	}
+	if r.fence {
+		r.connHeaders = append(r.connHeaders, tokenHeader)
+		for _, p := range cr.Resource.Parts {
+			if p.Kind == config.PartHeader {
+				r.connHeaders = append(r.connHeaders, p.Value)
+			}
+		}
+	}
+	return r
+}
+
+// matchPattern drops a trailing slash from a pattern: canonical paths never
+// end in one (except "/"), so "/orders/" must match "/orders".
+func matchPattern(p string) string {
+	if len(p) > 1 && strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "/*") {
+		return strings.TrimRight(p, "/")
+	}
+	return p
+}
+
+func register(mux *chi.Mux, method, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%v", v)
+		}
+	}()
+	mux.Method(method, pattern, h)
+	return nil
+}
+
+// match returns the route for method and canonical path, and the route
+// context holding the path parameters. The caller must call release when it
+// no longer reads the parameters.
+func (rt *Router) match(method, path string) (*route, *chi.Context) {
+	rctx := rt.pool.Get().(*chi.Context)
+	rctx.Reset()
+	if pattern := rt.mux.Find(rctx, method, path); pattern != "" {
+		if r, ok := rt.byKey[routeKey{method, pattern}]; ok {
+			return r, rctx
+		}
+	}
+	return rt.fallback, rctx
+}
+
+// all returns every route once, the fallback last.
+func (rt *Router) all() []*route {
+	seen := make(map[*route]bool)
+	var out []*route
+	for _, r := range rt.byKey {
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	return append(out, rt.fallback)
+}
+
+func (rt *Router) release(rctx *chi.Context) { rt.pool.Put(rctx) }
+
+// fences reports whether r fences a request with this method: a route from
+// the file fences every method it matched; the default rule only its own.
+func (r *route) fences(method string) bool {
+	if !r.fence {
+		return false
+	}
+	if r.methods != nil {
+		return r.methods[method]
+	}
+	return true
+}
+
+// urlParam returns the path parameter name from rctx, and whether it is set.
+func urlParam(rctx *chi.Context, name string) (string, bool) {
+	ps := &rctx.URLParams
+	for i := len(ps.Keys) - 1; i >= 0; i-- {
+		if ps.Keys[i] == name {
+			return ps.Values[i], true
+		}
+	}
+	return "", false
+}
