@@ -48,8 +48,9 @@ var (
 // treat it as a slash); a control byte, NUL included, literal or encoded;
 // a ';' literal or encoded (many frameworks strip ";params", so "/a;x" could
 // reach "/a" under another route's fence); an invalid percent-escape; and a
-// path that does not start with '/' ("*", "a/b"). Bytes 0x80 and above pass
-// through unchanged, encoded or not; the path is not required to be UTF-8.
+// path that does not start with '/' ("*", "a/b"). Bytes 0x80 and above are
+// accepted, raw or percent-encoded, and kept as bytes: the path is not
+// required to be UTF-8, and nothing is Unicode-normalised.
 //
 // canon is decoded, so it is not a valid escaped path: it may contain '%',
 // '?', '#' or a space. The caller matches on it and forwards it by setting
@@ -143,9 +144,9 @@ func pathDotOrEmpty(seg string) bool {
 }
 
 // resolvePath computes the canonical form of s, which checkPath has accepted
-// and which starts with '/'. With dst nil it only measures: it
-// returns the canonical length and the trailing-slash flag. Otherwise dst has
-// that length and resolvePath writes the canonical path into it.
+// and which starts with '/'. With dst nil it only measures: it returns the
+// canonical length and the trailing-slash flag. Otherwise dst has that length
+// and resolvePath writes the canonical path into it.
 //
 // It walks the segments from the right, counting the ".." it has yet to
 // apply: a ".." removes the nearest normal segment to its left, so going

@@ -1,0 +1,119 @@
+// Command fenceproxy is the fencing reverse proxy: it stands in front of an
+// HTTP service and forwards only requests whose fencing token is not older
+// than the resource's high-water mark.
+//
+//	fenceproxy [serve]   serve (the default)
+//	fenceproxy check     validate the environment and routes file, then exit
+//	fenceproxy version   print the version
+//
+// Configuration is the environment (FENCE_*) plus an optional routes file;
+// see the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := run(ctx, os.Args[1:], config.Environ(os.Environ()), os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fenceproxy:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// usageError is a command-line mistake (exit 2), as opposed to a
+// configuration or runtime failure (exit 1).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func exitCode(err error) int {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `usage: fenceproxy [serve|check|version|help]
+
+  serve     run the proxy (the default)
+  check     validate the FENCE_* environment and the routes file, then exit
+  version   print the version
+
+Configuration: FENCE_* environment variables and an optional routes file
+(FENCE_ROUTES_FILE); see the README.`
+
+// run is the whole program with its inputs made explicit, so tests can run it
+// in-process. It returns when ctx is cancelled (after draining) or on error.
+func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	if len(args) > 1 {
+		return &usageError{fmt.Sprintf("%s takes no arguments\n%s", cmd, usage)}
+	}
+	switch cmd {
+	case "serve":
+		cfg, err := loadConfig(environ)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, cfg, stderr, nil)
+	case "check":
+		cfg, err := loadConfig(environ)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "configuration ok: store=%s upstream=%s routes=%d\n",
+			cfg.Store, cfg.UpstreamURL.Redacted(), len(cfg.Routes.Routes))
+		return nil
+	case "version":
+		fmt.Fprintln(stdout, "fenceproxy", buildVersion())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	return &usageError{fmt.Sprintf("unknown command %q\n%s", cmd, usage)}
+}
+
+// loadConfig validates everything that can be checked without the network:
+// the environment, the routes file, and the route table as chi builds it.
+func loadConfig(environ map[string]string) (*config.Config, error) {
+	cfg, err := config.Load(environ)
+	if err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	if err := proxy.CheckRoutes(cfg.Routes); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%s: %w", cfg.RoutesFile, err)
+	}
+	return cfg, nil
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// listening is called once both listeners are bound (tests use it to learn
+// the ports of ":0" addresses). It may be nil.
+type listening func(data, admin net.Addr)
+
+// serve runs the data and admin listeners until ctx is cancelled, then drains:
+// /readyz turns 503, the listeners stop accepting, in-flight requests get up
+// to cfg.ShutdownTimeout to finish, and the store is closed last.
+func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, ready listening) error {
+	log := newLogger(cfg.LogLevel, stderr)
+	defer func() { _ = log.Sync() }()
+
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.store.Close(); err != nil {
+			log.Warn("closing the store", zap.Error(err))
+		}
+	}()
+
+	metrics := proxy.NewMetrics()
+	px, err := proxy.New(proxy.Options{
+		Upstream:     cfg.UpstreamURL,
+		Routes:       cfg.Routes,
+		Store:        st.store,
+		TokenHeader:  cfg.TokenHeader,
+		StoreTimeout: cfg.StoreTimeout,
+		Logger:       log.Named("proxy"),
+		Metrics:      metrics,
+	})
+	if err != nil {
+		return err
+	}
+	admin := proxy.NewAdmin(proxy.AdminOptions{
+		Store:   st.store,
+		Timeout: cfg.StoreTimeout,
+		Metrics: metrics,
+		Checks:  st.checks,
+		Logger:  log.Named("admin"),
+	})
+
+	dataLn, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("FENCE_LISTEN_ADDR: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		_ = dataLn.Close()
+		return fmt.Errorf("FENCE_ADMIN_ADDR: %w", err)
+	}
+	errLog := zap.NewStdLog(log.Named("http"))
+	dataSrv := &http.Server{
+		Handler: px,
+		// Headers must arrive promptly (slowloris); bodies are streamed to the
+		// upstream, so there is no whole-request read timeout.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          errLog,
+	}
+	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second, ErrorLog: errLog}
+
+	errc := make(chan error, 2)
+	go func() { errc <- dataSrv.Serve(dataLn) }()
+	go func() { errc <- adminSrv.Serve(adminLn) }()
+	log.Info("listening",
+		zap.String("addr", dataLn.Addr().String()), zap.String("admin", adminLn.Addr().String()),
+		zap.String("upstream", cfg.UpstreamURL.Redacted()), zap.String("store", string(cfg.Store)),
+		zap.Int("routes", len(cfg.Routes.Routes)), zap.String("version", buildVersion()))
+	if ready != nil {
+		ready(dataLn.Addr(), adminLn.Addr())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", zap.Duration("timeout", cfg.ShutdownTimeout))
+	case serveErr = <-errc:
+		log.Error("listener failed", zap.Error(serveErr))
+	}
+	admin.SetDraining()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := dataSrv.Shutdown(sctx); err != nil {
+		log.Warn("drain timed out; closing remaining connections", zap.Error(err))
+		_ = dataSrv.Close()
+	}
+	_ = adminSrv.Shutdown(sctx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// newLogger writes JSON lines to w at level: the stable field names are
+// route, resource, token, mark, decision and duration.
+func newLogger(level zapcore.Level, w io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "ts"
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core).Named("fenceproxy")
+}

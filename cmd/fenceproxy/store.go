@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/boltstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
+	"github.com/fenceproxy/fenceproxy/proxy"
+)
+
+// openedStore is the chosen store and the readiness checks that come with it.
+type openedStore struct {
+	store  fencestore.Store
+	checks []proxy.ReadinessCheck
+}
+
+func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger) (openedStore, error) {
+	switch cfg.Store {
+	case config.StoreMemory:
+		log.Warn("FENCE_STORE=memory: marks live in this process only and vanish on restart, " +
+			"so a stale holder is admitted again after one; use it for tests and demos only")
+		return openedStore{store: memstore.New()}, nil
+	case config.StoreBolt:
+		s, err := boltstore.Open(cfg.BoltPath, boltstore.Options{KeyPrefix: cfg.KeyPrefix})
+		if err != nil {
+			return openedStore{}, fmt.Errorf("FENCE_BOLT_PATH: %w", err)
+		}
+		return openedStore{store: s}, nil
+	case config.StoreRedis:
+		return openRedis(ctx, cfg, log)
+	}
+	return openedStore{}, fmt.Errorf("FENCE_STORE: unknown store %q", cfg.Store)
+}
+
+func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (openedStore, error) {
+	client, err := redisClient(&cfg.Redis)
+	if err != nil {
+		return openedStore{}, err
+	}
+	s := redisstore.New(client, redisstore.Options{
+		KeyPrefix:   cfg.KeyPrefix,
+		MinReplicas: cfg.Redis.MinReplicas,
+		WaitTimeout: cfg.Redis.WaitTimeout,
+		Logger:      log.Named("redis"),
+	})
+	out := openedStore{store: s}
+
+	// Not reaching Redis at start is not fatal: the proxy starts unready and
+	// answers 503 until Redis answers, which is what a pod restart loop would
+	// achieve, minus the restarts.
+	pctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
+	defer cancel()
+	if err := s.Ping(pctx); err != nil {
+		log.Warn("redis does not answer yet; refusing fenced requests (503) until it does", zap.Error(err))
+	}
+
+	if cfg.Redis.Eviction != config.EvictionOff {
+		mode := cfg.Redis.Eviction
+		check := func(ctx context.Context) error {
+			policy, err := s.EvictionPolicy(ctx)
+			if err != nil {
+				if errors.Is(err, fencestore.ErrUnavailable) {
+					return err
+				}
+				return fmt.Errorf("cannot read Redis maxmemory-policy to rule out eviction of marks (%v); "+
+					"set FENCE_REDIS_EVICTION=warn if the server forbids CONFIG and you know its policy", err)
+			}
+			if redisstore.PolicyMayEvict(policy) {
+				return fmt.Errorf("redis maxmemory-policy is %s: Redis may evict marks, and an evicted mark admits stale tokens; "+
+					"use noeviction or a volatile-* policy", policy)
+			}
+			return nil
+		}
+		if err := check(pctx); err != nil && !errors.Is(err, fencestore.ErrUnavailable) {
+			if mode == config.EvictionWarn {
+				log.Warn("FENCE_REDIS_EVICTION=warn", zap.Error(err))
+			} else {
+				log.Error("FENCE_REDIS_EVICTION=refuse: not ready", zap.Error(err))
+			}
+		}
+		if mode == config.EvictionRefuse {
+			out.checks = append(out.checks, check)
+		}
+	}
+	return out, nil
+}
+
+// redisClient builds the go-redis client the configuration names. The ACL
+// credentials are those of the data nodes; sentinels are asked without them. Every
+// client gets ContextTimeoutEnabled, so the store timeout bounds each call,
+// and no retries: a retried ">" admission whose first reply was lost would
+// find its own mark and answer stale. One dial attempt per call: with Redis
+// down, go-redis's default of five dials 100ms apart would turn every request
+// into a wait for the full store timeout instead of a prompt 503.
+func redisClient(rc *config.Redis) (redis.UniversalClient, error) {
+	var tlsConf *tls.Config
+	if rc.TLSCAFile != "" {
+		pem, err := os.ReadFile(rc.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("FENCE_REDIS_TLS_CA_FILE: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("FENCE_REDIS_TLS_CA_FILE: %s holds no PEM certificate", rc.TLSCAFile)
+		}
+		tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	switch {
+	case rc.URL != "":
+		opt, err := redis.ParseURL(rc.URL)
+		if err != nil {
+			return nil, fmt.Errorf("FENCE_REDIS_URL: %w", err)
+		}
+		if tlsConf != nil {
+			if opt.TLSConfig != nil {
+				tlsConf.ServerName = opt.TLSConfig.ServerName
+			}
+			opt.TLSConfig = tlsConf
+		}
+		opt.ContextTimeoutEnabled = true
+		opt.MaxRetries = -1
+		opt.DialerRetries = 1
+		return redis.NewClient(opt), nil
+	case len(rc.SentinelAddrs) > 0:
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:            rc.MasterName,
+			SentinelAddrs:         rc.SentinelAddrs,
+			Username:              rc.Username,
+			Password:              rc.Password,
+			TLSConfig:             tlsConf,
+			ContextTimeoutEnabled: true,
+			MaxRetries:            -1,
+			DialerRetries:         1,
+		}), nil
+	case len(rc.ClusterAddrs) > 0:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 rc.ClusterAddrs,
+			Username:              rc.Username,
+			Password:              rc.Password,
+			TLSConfig:             tlsConf,
+			ContextTimeoutEnabled: true,
+			MaxRetries:            -1,
+			DialerRetries:         1,
+		}), nil
+	}
+	return nil, errors.New("FENCE_STORE=redis needs FENCE_REDIS_URL, FENCE_REDIS_SENTINEL_ADDRS or FENCE_REDIS_CLUSTER_ADDRS")
+}

@@ -1,0 +1,22 @@
+// Package redisstore is the fencestore.Store for Redis: one string key per
+// resource, KeyPrefix+resource, holding the mark as a canonical decimal with no
+// TTL, advanced by one Lua script (admit.lua, EVALSHA with EVAL on NOSCRIPT) so
+// that each admission is atomic on the server. Comparison is exact over the
+// whole uint64 range because the script compares decimal strings by length and
+// then byte by byte, never as Lua numbers (doubles); a stored value that is not
+// a canonical decimal makes the admission fail (closed), it is never read as
+// absent. Durability is Redis's: an acknowledged mark survives a crash only as
+// far as the server's AOF/fsync settings and replication do, and with
+// Options.MinReplicas each admission also waits (WAIT) for that many replicas,
+// which narrows but does not close the window in which a failover loses a mark.
+//
+// The client must be created with ContextTimeoutEnabled: true, or an admission
+// can outlive the caller's deadline by the client's read timeout. It should have
+// MaxRetries: -1: a retried ">" admission whose first reply was lost finds its
+// own token as the mark and is refused, so the request gets a spurious refusal
+// (never a wrongful admission). A cluster client retries a network error once
+// on its own (MaxRedirects), with the same effect. New logs a warning when
+// either option is unset. With a dead server every admission spends its whole
+// deadline redialling unless DialerRetries is small (go-redis tries 5 times,
+// 100ms apart, by default); the deadline holds either way.
+package redisstore

@@ -1,0 +1,357 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+var _ fencestore.Store = (*Store)(nil)
+
+//go:embed admit.lua
+var admitSource string
+
+// admitScript is compiled once: its SHA-1, which EVALSHA names, is computed
+// here rather than per call.
+var admitScript = redis.NewScript(admitSource)
+
+// DefaultWaitTimeout is the WAIT bound when Options.WaitTimeout is zero, as
+// FENCE_REDIS_WAIT_TIMEOUT's default.
+const DefaultWaitTimeout = 100 * time.Millisecond
+
+// Options configures New. The zero value is usable.
+type Options struct {
+	// KeyPrefix is put before each resource name to form its key.
+	KeyPrefix string
+	// MinReplicas, when above zero, makes every admission wait (WAIT) until
+	// that many replicas have acknowledged the mark; fewer within WaitTimeout
+	// is an error wrapping fencestore.ErrUnavailable and a *ReplicaAckError.
+	MinReplicas int
+	// WaitTimeout bounds that wait, rounded up to whole milliseconds. Zero
+	// means DefaultWaitTimeout. Redis notices the timeout on its event loop,
+	// so a wait can run over by up to 1/hz (100ms at the default hz 10); the
+	// caller's ctx bounds it regardless.
+	WaitTimeout time.Duration
+	// Logger receives warnings about the client's options. If nil, nothing is
+	// logged.
+	Logger *zap.Logger
+}
+
+// Store is a fencestore.Store in Redis.
+type Store struct {
+	client      redis.UniversalClient
+	prefix      string
+	minReplicas int
+	waitTimeout time.Duration
+	log         *zap.Logger
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New returns a store that keeps its marks through client, and takes
+// ownership of client: Close closes it. See the package doc for the client
+// options the store needs.
+func New(client redis.UniversalClient, opts Options) *Store {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	wait := opts.WaitTimeout
+	if wait <= 0 {
+		wait = DefaultWaitTimeout
+	}
+	// WAIT takes milliseconds, and "WAIT n 0" blocks for ever: never let a
+	// sub-millisecond timeout round down to 0.
+	wait = (wait + time.Millisecond - 1).Truncate(time.Millisecond)
+	s := &Store{
+		client:      client,
+		prefix:      opts.KeyPrefix,
+		minReplicas: opts.MinReplicas,
+		waitTimeout: wait,
+		log:         log.Named("redisstore"),
+	}
+	s.checkClient()
+	return s
+}
+
+// checkClient warns about client options that break the package's promises;
+// it cannot refuse them, since New has no error to return.
+func (s *Store) checkClient() {
+	var ctxTimeout bool
+	var retries int
+	switch c := s.client.(type) {
+	case *redis.Client:
+		ctxTimeout, retries = c.Options().ContextTimeoutEnabled, c.Options().MaxRetries
+	case *redis.ClusterClient:
+		ctxTimeout, retries = c.Options().ContextTimeoutEnabled, c.Options().MaxRetries
+	case *redis.Ring:
+		ctxTimeout, retries = c.Options().ContextTimeoutEnabled, c.Options().MaxRetries
+	default:
+		return
+	}
+	if !ctxTimeout {
+		s.log.Warn("redis client has ContextTimeoutEnabled=false: an admission can outlive the store timeout by the client's read timeout")
+	}
+	if retries > 0 {
+		s.log.Warn("redis client retries commands: a retried '>' admission whose reply was lost is refused by its own mark; set MaxRetries to -1",
+			zap.Int("max_retries", retries))
+	}
+}
+
+// Admit runs the admission script on resource's key. With MinReplicas it then
+// waits for the replicas on the same connection, and reports an admission that
+// too few of them acknowledged as an error, not as admitted. A refusal needs no
+// acknowledgement: it forwards nothing.
+func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return fencestore.Decision{}, fencestore.Unavailable(err)
+	}
+	key := s.prefix + resource
+	mode := "ge"
+	if cmp == fencestore.Greater {
+		mode = "gt"
+	}
+	keys := []string{key}
+	tok := strconv.FormatUint(token, 10)
+	var (
+		reply any
+		err   error
+		wait  *redis.IntCmd
+	)
+	if s.minReplicas > 0 {
+		reply, wait, err = s.admitAndWait(ctx, key, keys, tok, mode)
+	} else {
+		reply, err = admitScript.Run(ctx, s.client, keys, tok, mode).Result()
+	}
+	if err != nil {
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+	}
+	d, err := parseReply(reply, token, cmp)
+	if err != nil {
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+	}
+	if wait == nil || !d.Admitted {
+		return d, nil
+	}
+	acked, err := wait.Result()
+	if err != nil {
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: WAIT: %w", key, err))
+	}
+	if acked < int64(s.minReplicas) {
+		return fencestore.Decision{}, fencestore.Unavailable(&ReplicaAckError{
+			Key: key, Acked: int(acked), Want: s.minReplicas, Timeout: s.waitTimeout,
+		})
+	}
+	return d, nil
+}
+
+// admitAndWait sends the script and WAIT in one pipeline, so they run on one
+// connection: WAIT counts the replicas that have the writes of its own
+// connection. The script always writes when it admits ("w"), so the count also
+// covers a mark that an equal token relied on and another connection wrote.
+func (s *Store) admitAndWait(ctx context.Context, key string, keys []string, tok, mode string) (any, *redis.IntCmd, error) {
+	node, err := s.nodeFor(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	var script *redis.Cmd
+	var wait *redis.IntCmd
+	for _, eval := range []bool{false, true} {
+		pipe := node.Pipeline()
+		if eval {
+			script = admitScript.Eval(ctx, pipe, keys, tok, mode, "w")
+		} else {
+			script = admitScript.EvalSha(ctx, pipe, keys, tok, mode, "w")
+		}
+		// Pipeliner lacks Wait; this is the command Client.Wait builds.
+		wait = redis.NewIntCmd(ctx, "wait", s.minReplicas, s.waitTimeout.Milliseconds())
+		_ = pipe.Process(ctx, wait)
+		// Each command keeps its own error; Exec's is the first of them.
+		_, _ = pipe.Exec(ctx)
+		// NOSCRIPT means the script did not run, so running it again is
+		// safe. EVAL also caches it, so EVALSHA works next time.
+		if !eval && isNoScript(script.Err()) {
+			continue
+		}
+		break
+	}
+	reply, err := script.Result()
+	return reply, wait, err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// nodeFor returns a client whose pipelines run on one connection to the node
+// that owns key. A cluster or ring client would route the keyless WAIT to some
+// other node.
+func (s *Store) nodeFor(ctx context.Context, key string) (pipeliner, error) {
+	switch c := s.client.(type) {
+	case masterForKeyer:
+		return c.MasterForKey(ctx, key)
+	case shardForKeyer:
+		return c.GetShardClientForKey(key)
+	}
+	return s.client, nil
+}
+
+// The narrow interfaces nodeFor needs; the assertions keep them in step with
+// go-redis, since a type switch would silently stop matching.
+type (
+	pipeliner      interface{ Pipeline() redis.Pipeliner }
+	masterForKeyer interface {
+		MasterForKey(context.Context, string) (*redis.Client, error)
+	}
+	shardForKeyer interface {
+		GetShardClientForKey(string) (*redis.Client, error)
+	}
+)
+
+var (
+	_ masterForKeyer = (*redis.ClusterClient)(nil)
+	_ shardForKeyer  = (*redis.Ring)(nil)
+	_ pipeliner      = (*redis.Client)(nil)
+)
+
+// parseReply reads the script's {admitted, mark} reply, and rejects one that
+// the script cannot have produced for this token: a stale mark reported for an
+// admission, say, would forward a request on a wrong answer.
+func parseReply(reply any, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+	r, ok := reply.([]any)
+	if !ok || len(r) != 2 {
+		return fencestore.Decision{}, fmt.Errorf("unexpected reply %#v", reply)
+	}
+	flag, ok := r[0].(int64)
+	if !ok || (flag != 0 && flag != 1) {
+		return fencestore.Decision{}, fmt.Errorf("unexpected admitted flag %#v", r[0])
+	}
+	text, ok := r[1].(string)
+	if !ok {
+		return fencestore.Decision{}, fmt.Errorf("unexpected mark %#v", r[1])
+	}
+	mark, ok := parseCanonical(text)
+	if !ok {
+		return fencestore.Decision{}, fmt.Errorf("mark %q is not a canonical decimal", text)
+	}
+	d := fencestore.Decision{Admitted: flag == 1, Mark: mark}
+	if d.Admitted && mark != token {
+		return fencestore.Decision{}, fmt.Errorf("token %d admitted with mark %d", token, mark)
+	}
+	if !d.Admitted && cmp.Admits(token, mark, true) {
+		return fencestore.Decision{}, fmt.Errorf("token %d refused by mark %d, which admits it", token, mark)
+	}
+	return d, nil
+}
+
+// Mark reads resource's mark with GET.
+func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, fencestore.Unavailable(err)
+	}
+	key := s.prefix + resource
+	v, err := s.client.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fencestore.Unavailable(fmt.Errorf("redisstore: mark %q: %w", key, err))
+	}
+	mark, ok := parseCanonical(v)
+	if !ok {
+		return 0, false, fencestore.Unavailable(fmt.Errorf("redisstore: mark %q: corrupt mark %q", key, v))
+	}
+	return mark, true, nil
+}
+
+// Ping sends PING.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fencestore.Unavailable(err)
+	}
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return fencestore.Unavailable(fmt.Errorf("redisstore: ping: %w", err))
+	}
+	return nil
+}
+
+// Close closes the client. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if err := s.client.Close(); err != nil {
+			s.closeErr = fmt.Errorf("redisstore: close: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// EvictionPolicy returns the server's maxmemory-policy (CONFIG GET), so that
+// the caller can tell whether marks could be evicted; see PolicyMayEvict. It
+// fails where CONFIG is disallowed, as on many managed services.
+func (s *Store) EvictionPolicy(ctx context.Context) (string, error) {
+	m, err := s.client.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return "", fmt.Errorf("redisstore: CONFIG GET maxmemory-policy: %w", err)
+	}
+	p, ok := m["maxmemory-policy"]
+	if !ok {
+		return "", errors.New("redisstore: CONFIG GET maxmemory-policy: no such parameter in reply")
+	}
+	return p, nil
+}
+
+// PolicyMayEvict reports whether a maxmemory-policy could evict a mark. The
+// allkeys-* policies can. The volatile-* policies evict only keys with a TTL,
+// and marks never have one; noeviction refuses writes instead (admissions then
+// fail, closed). A policy this code does not know is assumed to evict.
+func PolicyMayEvict(policy string) bool {
+	return policy != "noeviction" && !strings.HasPrefix(policy, "volatile-")
+}
+
+// ReplicaAckError reports an admission that fewer replicas than
+// Options.MinReplicas acknowledged within the WAIT timeout. Admit returns it
+// wrapped with fencestore.ErrUnavailable. The mark was advanced on the primary
+// regardless: like every store error, it is indeterminate.
+type ReplicaAckError struct {
+	Key     string
+	Acked   int
+	Want    int
+	Timeout time.Duration
+}
+
+func (e *ReplicaAckError) Error() string {
+	return fmt.Sprintf("redisstore: admit %q: %d of %d replicas acknowledged within %v", e.Key, e.Acked, e.Want, e.Timeout)
+}
+
+// parseCanonical parses a canonical decimal uint64: 1 to 20 digits, no sign,
+// no leading zero unless the value is 0, at most 18446744073709551615.
+// strconv.ParseUint alone accepts leading zeros.
+func parseCanonical(v string) (uint64, bool) {
+	if len(v) == 0 || len(v) > 20 || (len(v) > 1 && v[0] == '0') {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false // overflow
+		}
+		n = n*10 + d
+	}
+	return n, true
+}

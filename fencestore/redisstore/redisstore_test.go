@@ -1,0 +1,443 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/fencestore/storetest"
+)
+
+var prefixes atomic.Int64
+
+// newStore returns a store on srv under a key prefix no other store of this
+// test binary uses, closed when the test ends.
+func newStore(t testing.TB, srv *redistest.Server, opts redisstore.Options) (*redisstore.Store, string) {
+	t.Helper()
+	opts.KeyPrefix = fmt.Sprintf("fence:%d:", prefixes.Add(1))
+	s := redisstore.New(redis.NewClient(srv.Options()), opts)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, opts.KeyPrefix
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T) fencestore.Store {
+		s, _ := newStore(t, srv, redisstore.Options{})
+		return s
+	})
+}
+
+// startReplicated starts a primary and one replica of it, and waits until the
+// replica is in sync. The primary pings its replicas rarely, so that its
+// replication offset moves only with writes.
+func startReplicated(t *testing.T) (primary, replica *redistest.Server) {
+	t.Helper()
+	// No diskless-sync delay: Redis waits 5s by default for more replicas.
+	primary = redistest.Start(t, "--repl-ping-replica-period", "3600", "--repl-diskless-sync-delay", "0")
+	replica = redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port()))
+	pc, rc := primary.Client(t), replica.Client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p := info(t, pc, "connected_slaves")
+		r := info(t, rc, "master_link_status")
+		if p == "1" && r == "up" {
+			return primary, replica
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica not in sync: connected_slaves=%s master_link_status=%s", p, r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// info returns one field of INFO replication.
+func info(t testing.TB, c *redis.Client, field string) string {
+	t.Helper()
+	s, err := c.Info(t.Context(), "replication").Result()
+	if err != nil {
+		t.Fatalf("INFO replication: %v", err)
+	}
+	for _, line := range strings.Split(s, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestConformanceMinReplicas(t *testing.T) {
+	primary, _ := startReplicated(t)
+	storetest.Run(t, func(t *testing.T) fencestore.Store {
+		s, _ := newStore(t, primary, redisstore.Options{MinReplicas: 1, WaitTimeout: 2 * time.Second})
+		return s
+	})
+}
+
+// TestLayout checks the contract's layout: GET <prefix><resource> is the
+// decimal mark, with no TTL.
+func TestLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	s, prefix := newStore(t, srv, redisstore.Options{})
+	c := srv.Client(t)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		resource string
+		token    uint64
+		want     string
+	}{
+		{"orders/42", 9007199254740993, "9007199254740993"},
+		{"max", 1<<64 - 1, "18446744073709551615"},
+		{"zero", 0, "0"},
+	} {
+		if _, err := s.Admit(ctx, tc.resource, tc.token, fencestore.Greater); err != nil {
+			t.Fatal(err)
+		}
+		key := prefix + tc.resource
+		if got, err := c.Get(ctx, key).Result(); err != nil || got != tc.want {
+			t.Errorf("GET %s = %q, %v; want %q", key, got, err, tc.want)
+		}
+		if ttl, err := c.Do(ctx, "TTL", key).Int64(); err != nil || ttl != -1 {
+			t.Errorf("TTL %s = %d, %v; want -1 (no expiry)", key, ttl, err)
+		}
+	}
+	// An admission that changes nothing does not touch the key either.
+	if _, err := s.Admit(ctx, "max", 1<<64-1, fencestore.AtLeast); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 3 {
+		t.Errorf("DBSIZE = %d, %v; want 3 keys", n, err)
+	}
+}
+
+func TestCorruptMark(t *testing.T) {
+	srv := redistest.Start(t)
+	s, prefix := newStore(t, srv, redisstore.Options{})
+	c := srv.Client(t)
+	ctx := t.Context()
+	for i, v := range []string{"abc", "007", "00", "", "-1", "+1", " 1", "1 ", "1.5", "1e3", "0x10",
+		"18446744073709551616", "99999999999999999999", "123456789012345678901"} {
+		t.Run(fmt.Sprintf("%q", v), func(t *testing.T) {
+			res := fmt.Sprintf("corrupt/%d", i)
+			key := prefix + res
+			if err := c.Set(ctx, key, v, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, cmp := range []fencestore.Compare{fencestore.AtLeast, fencestore.Greater} {
+				d, err := s.Admit(ctx, res, 1<<64-1, cmp)
+				if !errors.Is(err, fencestore.ErrUnavailable) {
+					t.Errorf("Admit over %q (%v) = %+v, %v; want ErrUnavailable", v, cmp, d, err)
+				}
+			}
+			if _, _, err := s.Mark(ctx, res); !errors.Is(err, fencestore.ErrUnavailable) {
+				t.Errorf("Mark over %q: err = %v, want ErrUnavailable", v, err)
+			}
+			if got, err := c.Get(ctx, key).Result(); err != nil || got != v {
+				t.Errorf("value became %q (%v), want it untouched (%q)", got, err, v)
+			}
+		})
+	}
+	t.Run("wrong type", func(t *testing.T) {
+		key := prefix + "hash"
+		if err := c.HSet(ctx, key, "f", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Admit(ctx, "hash", 1, fencestore.AtLeast); !errors.Is(err, fencestore.ErrUnavailable) {
+			t.Errorf("Admit over a hash: err = %v, want ErrUnavailable", err)
+		}
+		if _, _, err := s.Mark(ctx, "hash"); !errors.Is(err, fencestore.ErrUnavailable) {
+			t.Errorf("Mark over a hash: err = %v, want ErrUnavailable", err)
+		}
+	})
+}
+
+// TestScriptRejectsBadArguments runs admit.lua directly: a token or mode the
+// Go side would never send is an error reply, not a guess.
+func TestScriptRejectsBadArguments(t *testing.T) {
+	src, err := os.ReadFile("admit.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(string(src), "\n"); !strings.HasPrefix(first, "-- KEYS[1]") || !strings.Contains(first, "ARGV[1]") || !strings.Contains(first, "returns") {
+		t.Errorf("admit.lua must open with its KEYS/ARGV/return header; first line: %q", first)
+	}
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	for _, args := range [][]any{
+		{"abc", "ge"}, {"007", "ge"}, {"", "gt"}, {"18446744073709551616", "gt"}, {"-1", "ge"},
+		{"5", "xx"}, {"5", ""}, {"5", "GE"}, {"5"}, {},
+	} {
+		if err := c.Eval(ctx, string(src), []string{"args"}, args...).Err(); err == nil {
+			t.Errorf("EVAL admit.lua %q: no error", args)
+		}
+	}
+	if n, err := c.Exists(ctx, "args").Result(); err != nil || n != 0 {
+		t.Errorf("a rejected call wrote the key (EXISTS = %d, %v)", n, err)
+	}
+}
+
+func TestNoScriptRecovery(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := newStore(t, srv, redisstore.Options{})
+	c := srv.Client(t)
+	ctx := t.Context()
+	for i := range 3 {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.Admit(ctx, "r", uint64(10+i), fencestore.Greater)
+		if err != nil || !d.Admitted {
+			t.Fatalf("Admit after SCRIPT FLUSH = %+v, %v; want admitted", d, err)
+		}
+	}
+}
+
+func TestKilled(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := newStore(t, srv, redisstore.Options{})
+	if _, err := s.Admit(t.Context(), "r", 1, fencestore.AtLeast); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	for _, name := range []string{"Admit", "Ping"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		start := time.Now()
+		var err error
+		if name == "Admit" {
+			_, err = s.Admit(ctx, "r", 2, fencestore.AtLeast)
+		} else {
+			err = s.Ping(ctx)
+		}
+		cancel()
+		t.Logf("%s with Redis killed: %v after %v", name, err, time.Since(start))
+		if !errors.Is(err, fencestore.ErrUnavailable) {
+			t.Errorf("%s with Redis killed: err = %v, want ErrUnavailable", name, err)
+		}
+		if d := time.Since(start); d > 750*time.Millisecond {
+			t.Errorf("%s with Redis killed took %v, want within the 500ms deadline", name, d)
+		}
+	}
+}
+
+func TestStopped(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := newStore(t, srv, redisstore.Options{})
+	if _, err := s.Admit(t.Context(), "r", 1, fencestore.AtLeast); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	defer srv.Cont()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Admit(ctx, "r", 2, fencestore.AtLeast)
+	if !errors.Is(err, fencestore.ErrUnavailable) {
+		t.Errorf("Admit with Redis stopped: err = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 700*time.Millisecond {
+		t.Errorf("Admit with Redis stopped took %v, want about the 200ms deadline", d)
+	}
+}
+
+func TestAOFSurvivesKill(t *testing.T) {
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	s, prefix := newStore(t, srv, redisstore.Options{})
+	ctx := t.Context()
+	for res, token := range map[string]uint64{"a": 9007199254740993, "b": 1<<64 - 1} {
+		if d, err := s.Admit(ctx, res, token, fencestore.Greater); err != nil || !d.Admitted {
+			t.Fatalf("Admit(%s) = %+v, %v", res, d, err)
+		}
+	}
+	srv.Kill()
+	srv.Restart(t)
+	s2 := redisstore.New(redis.NewClient(srv.Options()), redisstore.Options{KeyPrefix: prefix})
+	defer s2.Close()
+	for res, want := range map[string]uint64{"a": 9007199254740993, "b": 1<<64 - 1} {
+		if got, ok, err := s2.Mark(ctx, res); err != nil || !ok || got != want {
+			t.Errorf("after kill and restart Mark(%s) = %d, %t, %v; want %d", res, got, ok, err, want)
+		}
+	}
+	if d, err := s2.Admit(ctx, "a", 9007199254740992, fencestore.AtLeast); err != nil || d.Admitted {
+		t.Errorf("after restart Admit(a, 2^53) = %+v, %v; want refused", d, err)
+	}
+}
+
+func TestMinReplicas(t *testing.T) {
+	primary, replica := startReplicated(t)
+	pc := primary.Client(t)
+	ctx := t.Context()
+	// A generous timeout where the replica is expected to answer: its first
+	// acknowledgement can be slow on a loaded machine.
+	s, _ := newStore(t, primary, redisstore.Options{MinReplicas: 1, WaitTimeout: 2 * time.Second})
+
+	if d, err := s.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil || !d.Admitted {
+		t.Fatalf("Admit with the replica up = %+v, %v; want admitted", d, err)
+	}
+
+	t.Run("equal token writes", func(t *testing.T) {
+		before := info(t, pc, "master_repl_offset")
+		if d, err := s.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil || !d.Admitted {
+			t.Fatalf("Admit(5, >=) at mark 5 = %+v, %v; want admitted", d, err)
+		}
+		if after := info(t, pc, "master_repl_offset"); after == before {
+			t.Errorf("master_repl_offset stayed %s: the equal-token admission wrote nothing for WAIT to count", before)
+		}
+		// Without MinReplicas the same admission writes nothing.
+		s0, prefix0 := newStore(t, primary, redisstore.Options{})
+		if _, err := s0.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil {
+			t.Fatal(err)
+		}
+		before = info(t, pc, "master_repl_offset")
+		if _, err := s0.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil {
+			t.Fatal(err)
+		}
+		if after := info(t, pc, "master_repl_offset"); after != before {
+			t.Errorf("master_repl_offset moved %s -> %s for an admission that changed nothing (%s)", before, after, prefix0)
+		}
+	})
+
+	t.Run("NOSCRIPT", func(t *testing.T) {
+		if err := pc.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := s.Admit(ctx, "r", 6, fencestore.Greater); err != nil || !d.Admitted {
+			t.Fatalf("Admit after SCRIPT FLUSH = %+v, %v; want admitted", d, err)
+		}
+	})
+
+	t.Run("too few replicas", func(t *testing.T) {
+		s2, _ := newStore(t, primary, redisstore.Options{MinReplicas: 2, WaitTimeout: 300 * time.Millisecond})
+		_, err := s2.Admit(ctx, "r", 1, fencestore.AtLeast)
+		var ack *redisstore.ReplicaAckError
+		if !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ack) || ack.Acked >= 2 || ack.Want != 2 {
+			t.Fatalf("Admit wanting 2 replicas of 1: err = %v, want ErrUnavailable and fewer than 2 acknowledged", err)
+		}
+		t.Log(err)
+	})
+
+	t.Run("replica stopped", func(t *testing.T) {
+		s, _ := newStore(t, primary, redisstore.Options{MinReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+		replica.Stop()
+		defer replica.Cont()
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		d, err := s.Admit(ctx, "r", 7, fencestore.Greater)
+		elapsed := time.Since(start)
+		var ack *redisstore.ReplicaAckError
+		if !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ack) || ack.Acked != 0 {
+			t.Fatalf("Admit with the replica stopped = %+v, %v; want ErrUnavailable, 0 acknowledged", d, err)
+		}
+		// Redis notices WAIT's timeout on its event loop, every 1/hz (100ms).
+		if elapsed < 90*time.Millisecond || elapsed > time.Second {
+			t.Errorf("Admit with the replica stopped took %v, want about the 100ms WaitTimeout", elapsed)
+		}
+		t.Logf("%v after %v", err, elapsed)
+	})
+}
+
+func TestEvictionPolicy(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := newStore(t, srv, redisstore.Options{})
+	ctx := t.Context()
+	for _, policy := range []string{"noeviction", "allkeys-lru", "volatile-ttl"} {
+		if err := srv.Client(t).ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.EvictionPolicy(ctx); err != nil || got != policy {
+			t.Errorf("EvictionPolicy = %q, %v; want %q", got, err, policy)
+		}
+	}
+
+	locked := redistest.Start(t, "--rename-command", "CONFIG", "")
+	s2, _ := newStore(t, locked, redisstore.Options{})
+	if p, err := s2.EvictionPolicy(ctx); err == nil {
+		t.Errorf("EvictionPolicy with CONFIG disabled = %q, want an error", p)
+	}
+}
+
+func TestPolicyMayEvict(t *testing.T) {
+	for policy, want := range map[string]bool{
+		"noeviction":      false,
+		"volatile-lru":    false,
+		"volatile-lfu":    false,
+		"volatile-random": false,
+		"volatile-ttl":    false,
+		"allkeys-lru":     true,
+		"allkeys-lfu":     true,
+		"allkeys-random":  true,
+		"some-new-policy": true, // unknown: assume the worst
+		"":                true,
+	} {
+		if got := redisstore.PolicyMayEvict(policy); got != want {
+			t.Errorf("PolicyMayEvict(%q) = %t, want %t", policy, got, want)
+		}
+	}
+}
+
+func TestClientOptionWarnings(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: 3})
+	s := redisstore.New(c, redisstore.Options{Logger: zap.New(core)})
+	defer s.Close()
+	var msgs []string
+	for _, e := range logs.All() {
+		msgs = append(msgs, e.Message)
+	}
+	all := strings.Join(msgs, "\n")
+	if !strings.Contains(all, "ContextTimeoutEnabled") || !strings.Contains(all, "MaxRetries") {
+		t.Errorf("warnings: %q; want one about ContextTimeoutEnabled and one about MaxRetries", msgs)
+	}
+
+	core, logs = observer.New(zap.WarnLevel)
+	good := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1}),
+		redisstore.Options{Logger: zap.New(core)})
+	defer good.Close()
+	if n := logs.Len(); n != 0 {
+		t.Errorf("%d warnings for a well-configured client", n)
+	}
+}
+
+func BenchmarkAdmit(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	b.Run("single", func(b *testing.B) {
+		s, _ := newStore(b, srv, redisstore.Options{})
+		b.ReportAllocs()
+		var token uint64
+		for b.Loop() {
+			token++
+			if _, err := s.Admit(ctx, "bench", token, fencestore.AtLeast); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		s, _ := newStore(b, srv, redisstore.Options{})
+		var token atomic.Uint64
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := s.Admit(ctx, "bench", token.Add(1), fencestore.AtLeast); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}

@@ -1,0 +1,286 @@
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// startTimeout bounds the wait for a new server to answer PING; loading a
+	// large AOF is not a concern in tests.
+	startTimeout = 10 * time.Second
+	// stopTimeout bounds the wait after SIGTERM before SIGKILL.
+	stopTimeout = 5 * time.Second
+)
+
+// Server is one redis-server process.
+type Server struct {
+	port int
+	dir  string
+	args []string // the full command line after the program name
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
+}
+
+// Start starts redis-server on a free 127.0.0.1 port with
+// --save "" and --appendonly no, then args (which override those), in
+// t.TempDir(), and waits until it answers PING. The server is stopped when the
+// test ends.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("FENCE_SKIP_REDIS") == "1" {
+			t.Skip("redis-server not found (FENCE_SKIP_REDIS=1)")
+		}
+		t.Fatal("redis-server not found: apt-get install -y redis-server")
+	}
+	dir := t.TempDir()
+	// The free port is found by binding :0 and closing it, so another
+	// process may take it before redis-server does: try a few times.
+	var lastErr error
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: free port: %v", err)
+		}
+		s := &Server{port: port, dir: dir}
+		s.args = append([]string{"--save", "", "--appendonly", "no"}, args...)
+		// Last, so that args cannot move the server off its port or
+		// directory.
+		s.args = append(s.args,
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--daemonize", "no", "--logfile", "")
+		if lastErr = s.start(bin); lastErr == nil {
+			t.Cleanup(s.shutdown)
+			return s
+		}
+	}
+	t.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start runs the server and waits for PING; on failure the process is gone.
+func (s *Server) start(bin string) error {
+	logf, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(bin, s.args...)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, so that signals meant for the test binary's
+	// group (a terminal's ^C) do not reach it and it can be signalled alone.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	if err := s.waitPing(done); err != nil {
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return fmt.Errorf("redis-server %s: %w\n%s", strings.Join(s.args, " "), err, s.logTail())
+	}
+	return nil
+}
+
+// waitPing polls with a raw PING, so that no client (and none of its
+// goroutines) outlives the check.
+func (s *Server) waitPing(done <-chan struct{}) error {
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-done:
+			return errors.New("exited before answering PING")
+		default:
+		}
+		if ping(s.Addr()) == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no PONG within %v", startTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	// -LOADING while an AOF is read back: not ready yet.
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// Addr returns the server's host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port returns the server's port.
+func (s *Server) Port() int { return s.port }
+
+// URL returns redis://127.0.0.1:port/0.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Dir returns the server's working directory (AOF and RDB files, redis.log).
+func (s *Server) Dir() string { return s.dir }
+
+// Pid returns the process id of the server now running (or last run).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd.Process.Pid
+}
+
+// Client returns a client of the server with the options fenceproxy needs
+// (ContextTimeoutEnabled, no retries), closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(s.Options())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Options returns client options for the server, as Client uses them.
+func (s *Server) Options() *redis.Options {
+	return &redis.Options{
+		Addr:                  s.Addr(),
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+	}
+}
+
+// Kill sends SIGKILL and waits for the process to exit, as a crash would end
+// it: no shutdown save, no AOF flush beyond what appendfsync already did.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if !exited(done) {
+		_ = signalGroup(cmd, syscall.SIGKILL)
+	}
+	<-done
+}
+
+// Stop freezes the server with SIGSTOP: connections stay open and nothing
+// answers, as with a stalled host.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !exited(s.done) {
+		_ = signalGroup(s.cmd, syscall.SIGSTOP)
+	}
+}
+
+// Cont resumes a server frozen by Stop.
+func (s *Server) Cont() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !exited(s.done) {
+		_ = signalGroup(s.cmd, syscall.SIGCONT)
+	}
+}
+
+// Restart starts the server again on the same port, directory and arguments,
+// so that an AOF written before is read back, and waits for PING. A server
+// still running is stopped first.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.shutdown()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	// The port was ours a moment ago; if another process took it since, a
+	// test that needs this very port cannot go on.
+	if err := s.start(bin); err != nil {
+		t.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// shutdown ends the process: SIGCONT (a stopped process cannot act on
+// SIGTERM), SIGTERM, and SIGKILL if it has not exited within stopTimeout.
+func (s *Server) shutdown() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if exited(done) {
+		return
+	}
+	_ = signalGroup(cmd, syscall.SIGCONT)
+	_ = signalGroup(cmd, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		_ = signalGroup(cmd, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// exited reports whether the process has been waited for. Once it has, its
+// PID may belong to another process, so it must not be signalled.
+func exited(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signalGroup signals the server's process group, whose id is the server's
+// PID (Setpgid), so that a child it forked (an AOF rewrite) goes too.
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) error {
+	return syscall.Kill(-cmd.Process.Pid, sig)
+}
