@@ -133,6 +133,12 @@ func Load(environ map[string]string) (*Config, error) {
 	} else {
 		c.Redis.MinReplicas = n
 	}
+	// WAIT runs inside the admission, so its bound must leave room for the
+	// script under the store timeout; otherwise every admission that waits
+	// for replicas would be cut off by the timeout and answered 503.
+	if c.Redis.MinReplicas > 0 && c.Redis.WaitTimeout > 0 && c.StoreTimeout > 0 && c.Redis.WaitTimeout >= c.StoreTimeout {
+		bad("FENCE_REDIS_WAIT_TIMEOUT", "%s must be below FENCE_STORE_TIMEOUT (%s) when FENCE_REDIS_MIN_REPLICAS > 0", c.Redis.WaitTimeout, c.StoreTimeout)
+	}
 	switch e := Eviction(raw.Eviction); e {
 	case EvictionRefuse, EvictionWarn, EvictionOff:
 		c.Redis.Eviction = e

@@ -238,6 +238,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"log level", map[string]string{"FENCE_LOG_LEVEL": "verbose"}, `FENCE_LOG_LEVEL: "verbose" is not a level`},
 		{"min replicas negative", map[string]string{"FENCE_REDIS_MIN_REPLICAS": "-1"}, `FENCE_REDIS_MIN_REPLICAS: "-1" is not an integer >= 0`},
 		{"min replicas text", map[string]string{"FENCE_REDIS_MIN_REPLICAS": "two"}, `FENCE_REDIS_MIN_REPLICAS: "two" is not an integer >= 0`},
+		{"wait timeout not below store timeout", map[string]string{"FENCE_REDIS_MIN_REPLICAS": "1", "FENCE_REDIS_WAIT_TIMEOUT": "500ms"},
+			"FENCE_REDIS_WAIT_TIMEOUT: 500ms must be below FENCE_STORE_TIMEOUT (500ms)"},
 		{"eviction", map[string]string{"FENCE_REDIS_EVICTION": "allkeys-lru"}, `FENCE_REDIS_EVICTION: "allkeys-lru" must be refuse, warn or off`},
 		{"master name blank", map[string]string{"FENCE_REDIS_MASTER_NAME": " "}, "FENCE_REDIS_MASTER_NAME: blank"},
 		{"redis url scheme", map[string]string{"FENCE_REDIS_URL": "http://r:6379"}, "FENCE_REDIS_URL: scheme must be redis or rediss"},
