@@ -4,6 +4,7 @@
 //
 //	fenceproxy [serve]   serve (the default)
 //	fenceproxy check     validate the environment and routes file, then exit
+//	fenceproxy demo      replay the stale-lease story with no setup
 //	fenceproxy version   print the version
 //
 // Configuration is the environment (FENCE_*) plus an optional routes file;
@@ -51,10 +52,12 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `usage: fenceproxy [serve|check|version|help]
+const usage = `usage: fenceproxy [serve|check|demo|version|help]
 
   serve     run the proxy (the default)
   check     validate the FENCE_* environment and the routes file, then exit
+  demo      replay the stale-lease story against a real fenceproxy, then keep
+            serving it (flags: -once, -listen addr, -pause duration)
   version   print the version
 
 Configuration: FENCE_* environment variables and an optional routes file
@@ -66,6 +69,9 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	cmd := "serve"
 	if len(args) > 0 {
 		cmd = args[0]
+	}
+	if cmd == "demo" {
+		return demo(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 1 {
 		return &usageError{fmt.Sprintf("%s takes no arguments\n%s", cmd, usage)}
