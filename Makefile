@@ -14,6 +14,8 @@ run: ## fenceproxy on the embedded store in front of http://127.0.0.1:3000
 
 test: redis-server vet ## every test, with the race detector; tests start their own redis-server
 	$(GO) test -race -count=1 ./...
+	@# allocation counts are only meaningful without -race (sync.Pool drops items under it)
+	$(GO) test -count=1 -run 'Alloc' ./proxy
 
 test-short: ## without the Redis-backed tests
 	FENCE_SKIP_REDIS=1 $(GO) test -race -count=1 ./...
