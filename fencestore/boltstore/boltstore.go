@@ -288,31 +288,9 @@ func parseMark(key, v []byte) (uint64, bool, error) {
 	if v == nil {
 		return 0, false, nil
 	}
-	mark, ok := parseCanonical(v)
+	mark, ok := fencestore.ParseMark(v)
 	if !ok {
 		return 0, false, fencestore.Unavailable(fmt.Errorf("corrupt mark %q at key %q", v, key))
 	}
 	return mark, true, nil
-}
-
-// parseCanonical parses a canonical decimal uint64: 1 to 20 digits, no sign,
-// no leading zero unless the value is 0, at most 18446744073709551615.
-// strconv.ParseUint alone accepts leading zeros.
-func parseCanonical[T string | []byte](v T) (uint64, bool) {
-	if len(v) == 0 || len(v) > 20 || (len(v) > 1 && v[0] == '0') {
-		return 0, false
-	}
-	var n uint64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false // overflow
-		}
-		n = n*10 + d
-	}
-	return n, true
 }

@@ -241,7 +241,7 @@ func parseReply(reply any, token uint64, cmp fencestore.Compare) (fencestore.Dec
 	if !ok {
 		return fencestore.Decision{}, fmt.Errorf("unexpected mark %#v", r[1])
 	}
-	mark, ok := parseCanonical(text)
+	mark, ok := fencestore.ParseMark(text)
 	if !ok {
 		return fencestore.Decision{}, fmt.Errorf("mark %q is not a canonical decimal", text)
 	}
@@ -268,7 +268,7 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	if err != nil {
 		return 0, false, fencestore.Unavailable(fmt.Errorf("redisstore: mark %q: %w", key, err))
 	}
-	mark, ok := parseCanonical(v)
+	mark, ok := fencestore.ParseMark(v)
 	if !ok {
 		return 0, false, fencestore.Unavailable(fmt.Errorf("redisstore: mark %q: corrupt mark %q", key, v))
 	}
@@ -332,26 +332,4 @@ type ReplicaAckError struct {
 
 func (e *ReplicaAckError) Error() string {
 	return fmt.Sprintf("redisstore: admit %q: %d of %d replicas acknowledged within %v", e.Key, e.Acked, e.Want, e.Timeout)
-}
-
-// parseCanonical parses a canonical decimal uint64: 1 to 20 digits, no sign,
-// no leading zero unless the value is 0, at most 18446744073709551615.
-// strconv.ParseUint alone accepts leading zeros.
-func parseCanonical(v string) (uint64, bool) {
-	if len(v) == 0 || len(v) > 20 || (len(v) > 1 && v[0] == '0') {
-		return 0, false
-	}
-	var n uint64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false // overflow
-		}
-		n = n*10 + d
-	}
-	return n, true
 }

@@ -44,33 +44,6 @@ func TestParseReply(t *testing.T) {
 	}
 }
 
-func TestParseCanonical(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want uint64
-		ok   bool
-	}{
-		{"0", 0, true},
-		{"10", 10, true},
-		{"9007199254740993", 9007199254740993, true},
-		{"18446744073709551615", 1<<64 - 1, true},
-		{"18446744073709551616", 0, false},
-		{"99999999999999999999", 0, false},
-		{"100000000000000000000", 0, false},
-		{"", 0, false},
-		{"00", 0, false},
-		{"01", 0, false},
-		{"-1", 0, false},
-		{"+1", 0, false},
-		{"1 ", 0, false},
-		{"1_000", 0, false},
-	} {
-		if got, ok := parseCanonical(tc.in); got != tc.want || ok != tc.ok {
-			t.Errorf("parseCanonical(%q) = %d, %t; want %d, %t", tc.in, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
 func TestWaitTimeoutNeverZero(t *testing.T) {
 	// "WAIT n 0" blocks for ever, so no timeout may round down to 0ms.
 	for in, want := range map[int64]int64{0: 100, 1: 1, 999_999: 1, 1_000_000: 1, 1_000_001: 2, 250_000_000: 250} {
