@@ -1,0 +1,33 @@
+package client
+
+import "errors"
+
+// Sentinel errors. A *ProblemError from fenceproxy matches (errors.Is) the one
+// for its problem type; see ProblemError.Is.
+var (
+	// ErrStaleToken: the token is older than the resource's high-water mark
+	// (409, urn:fenceproxy:stale-token). A newer lease holder has written, so
+	// this process no longer owns the resource. Retrying with the same token
+	// cannot succeed; stop acting on the resource.
+	ErrStaleToken = errors.New("fenceproxy: stale fencing token")
+	// ErrTokenRequired: the route is fenced and the request carried no token
+	// (428, urn:fenceproxy:token-required).
+	ErrTokenRequired = errors.New("fenceproxy: fencing token required")
+	// ErrTokenMalformed: the token header was not one canonical decimal
+	// uint64 (400, urn:fenceproxy:token-malformed). The header name the proxy
+	// expects may differ from Transport.Header.
+	ErrTokenMalformed = errors.New("fenceproxy: malformed fencing token")
+	// ErrBadRequest: the proxy could not name the resource the request acts on,
+	// or the path is ambiguous (400, urn:fenceproxy:bad-request).
+	ErrBadRequest = errors.New("fenceproxy: bad request")
+	// ErrStoreUnavailable: the proxy's store did not answer in time (503,
+	// urn:fenceproxy:store-unavailable); ProblemError.RetryAfter says when to
+	// try again. Nothing reached the upstream, but the store may still have
+	// recorded the token: a retry with the same token is admitted under the
+	// ">=" compare and refused as stale under ">".
+	ErrStoreUnavailable = errors.New("fenceproxy: fence store unavailable")
+	// ErrNoToken: Transport was asked to send a request whose context carries
+	// no token (see WithToken) and Transport.Optional is false. Nothing was
+	// sent.
+	ErrNoToken = errors.New("client: request context carries no fencing token")
+)

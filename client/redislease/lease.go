@@ -1,0 +1,120 @@
+package redislease
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPrefix is the key prefix when Options.Prefix is empty, the same
+	// as fenceproxy's FENCE_KEY_PREFIX default.
+	DefaultPrefix = "fence:"
+	// DefaultTTL is the lease's time to live when Options.TTL is not positive.
+	DefaultTTL = 10 * time.Second
+	// DefaultRetry is AcquireWait's interval between attempts when the one
+	// given is not positive.
+	DefaultRetry = 100 * time.Millisecond
+)
+
+var (
+	// ErrHeld is returned by Acquire when another owner holds the lease.
+	ErrHeld = errors.New("redislease: lease held by another owner")
+	// ErrNotHeld is returned by Renew and Release when this owner does not
+	// hold the lease (any more): it expired, and another owner may have
+	// acquired it since. A holder that gets it must stop acting on the
+	// resource; its token is, or will soon be, refused as stale.
+	ErrNotHeld = errors.New("redislease: lease not held by this owner")
+)
+
+// Options configures New. The zero value is usable.
+type Options struct {
+	// Prefix is put before the keys of the lease (see the package doc). If
+	// empty, DefaultPrefix.
+	Prefix string
+	// TTL is how long an acquisition or a renewal holds the lease, rounded up
+	// to whole milliseconds. If zero or negative, DefaultTTL.
+	TTL time.Duration
+	// OwnerID is what the lease key holds while this Lease holds it; Renew
+	// and Release act only while it is there. It must differ from the owner
+	// id of every other Lease of the same name, or two of them would hold the
+	// lease at once. If empty, a random 128-bit value in hex.
+	OwnerID string
+}
+
+// Lease is one owner's handle on a named lease in Redis. Its methods are safe
+// for concurrent use, though a holding is normally driven by one goroutine:
+// Acquire, then Renew within each TTL, then Release.
+type Lease struct {
+	client     redis.Scripter
+	name       string
+	key        string // holds the owner id while held, with the TTL
+	counterKey string // the token counter; never expires
+	owner      string
+	ttl        time.Duration
+
+	mu    sync.Mutex
+	token uint64 // of the current holding; 0 when none
+}
+
+// New returns a handle on the lease called name, owned by opts.OwnerID. It
+// does not talk to Redis. client may be a single-node, failover, cluster or
+// ring client (see the package doc about cluster hash slots).
+func New(client redis.UniversalClient, name string, opts Options) *Lease {
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	ttl := opts.TTL
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	// PX takes whole milliseconds; rounding up keeps a sub-millisecond TTL
+	// from becoming 0, which SET refuses.
+	ttl = (ttl + time.Millisecond - 1).Truncate(time.Millisecond)
+	owner := opts.OwnerID
+	if owner == "" {
+		owner = randomOwnerID()
+	}
+	key := prefix + "lease:" + name
+	return &Lease{
+		client:     client,
+		name:       name,
+		key:        key,
+		counterKey: key + ":token",
+		owner:      owner,
+		ttl:        ttl,
+	}
+}
+
+// Token returns the token of this Lease's current holding: the one the last
+// successful Acquire returned, or 0 when it has not acquired, has released, or
+// has learnt from Renew or Release that it lost the lease. It does not ask
+// Redis, so a holding whose TTL has run out still reports its token until
+// then; that is the case the token exists for, since the proxy refuses it once
+// a newer holder has written.
+func (l *Lease) Token() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.token
+}
+
+func (l *Lease) setToken(t uint64) {
+	l.mu.Lock()
+	l.token = t
+	l.mu.Unlock()
+}
+
+// ttlMillis is the TTL as PX and PEXPIRE take it.
+func (l *Lease) ttlMillis() int64 { return l.ttl.Milliseconds() }
+
+func randomOwnerID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read aborts the program instead
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,116 @@
+package client
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// DefaultHeader is the token header fenceproxy reads unless FENCE_TOKEN_HEADER
+// names another.
+const DefaultHeader = "Fencing-Token"
+
+// Transport is an http.RoundTripper that sends each request with the fencing
+// token of its context (see WithToken) and turns fenceproxy's refusals into
+// errors. The zero value is ready to use: it sends through
+// http.DefaultTransport with the header Fencing-Token and refuses to send a
+// request whose context has no token.
+//
+// Unlike the usual RoundTripper, Transport interprets responses: a refusal by
+// fenceproxy (see CheckResponse) is returned as a *ProblemError and no
+// response, its body read and closed. This is deliberate. A refusal means the
+// request never reached the upstream, and a stale token means the caller has
+// lost its lease; as an error it cannot be ignored by a caller that checks only
+// err, and it can be matched after http.Client.Do with
+// errors.Is(err, client.ErrStaleToken), or errors.As into a *ProblemError:
+// http.Client wraps the error in a *url.Error, which unwraps to it. Every other
+// response, including the upstream application's own 409s and problem
+// answers, is returned untouched with a nil error as usual. A caller that
+// wants the plain RoundTripper behaviour can use its own transport and call
+// CheckResponse.
+//
+// Transport is safe for concurrent use if Base is.
+type Transport struct {
+	// Base sends the request once its token header is set. If nil,
+	// http.DefaultTransport is used.
+	Base http.RoundTripper
+
+	// Header is the name of the header that carries the token; it must match
+	// the proxy's FENCE_TOKEN_HEADER. If empty, DefaultHeader
+	// ("Fencing-Token") is used.
+	Header string
+
+	// Optional lets a request whose context carries no token be sent, without
+	// the header (any value the caller set is removed, so that the only token
+	// a request ever carries is the one its context gave it); for routes the
+	// proxy configures with "token: optional", or requests it does not fence.
+	// If false (the default), such a request is not sent: RoundTrip returns
+	// ErrNoToken without touching the network.
+	Optional bool
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// RoundTrip sends a clone of req with the token header set to the canonical
+// decimal of the token in req's context, replacing any value the caller set
+// under any spelling of the header's name; req itself is not modified. See
+// Transport for what it returns.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	token, ok := TokenFromContext(req.Context())
+	if !ok && !t.Optional {
+		// The RoundTripper contract: the request body is closed, even on
+		// error.
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, ErrNoToken
+	}
+
+	out := req.Clone(req.Context()) // a deep copy of the header, which is modified below
+	if out.Header == nil {
+		out.Header = make(http.Header)
+	}
+	name := t.header()
+	// A header map is keyed by canonical names, but a caller can store other
+	// spellings directly; each would be sent as a further value, and the
+	// proxy refuses a repeated header as malformed.
+	for k := range out.Header {
+		if strings.EqualFold(k, name) {
+			delete(out.Header, k)
+		}
+	}
+	if ok {
+		out.Header[name] = []string{strconv.FormatUint(token, 10)}
+	}
+
+	resp, err := t.base().RoundTrip(out)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckResponse(resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// CloseIdleConnections closes the idle connections of Base if it has such a
+// method, so that http.Client.CloseIdleConnections reaches through Transport.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) header() string {
+	if t.Header != "" {
+		return http.CanonicalHeaderKey(t.Header)
+	}
+	return DefaultHeader
+}
