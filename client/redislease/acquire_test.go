@@ -45,14 +45,14 @@ func TestAcquireMintsIncreasingTokens(t *testing.T) {
 
 	// The layout the package doc promises: the counter is a plain decimal
 	// with no TTL; the lease key is gone after Release.
-	counter := p + "lease:orders/42:token"
+	counter := p + "orders/42:token"
 	if v, err := rdb.Get(ctx, counter).Result(); err != nil || v != "3" {
 		t.Fatalf("GET %s = %q, %v; want 3", counter, v, err)
 	}
 	if ttl, err := rdb.PTTL(ctx, counter).Result(); err != nil || ttl != -1 {
 		t.Fatalf("PTTL %s = %v, %v; want -1 (no expiry)", counter, ttl, err)
 	}
-	if n, _ := rdb.Exists(ctx, p+"lease:orders/42").Result(); n != 0 {
+	if n, _ := rdb.Exists(ctx, p+"orders/42").Result(); n != 0 {
 		t.Fatal("the lease key outlived Release")
 	}
 }
@@ -79,10 +79,10 @@ func TestHeldLeaseRefusesOthers(t *testing.T) {
 	if b.Token() != 0 {
 		t.Fatalf("B: Token = %d after refusals", b.Token())
 	}
-	if v, _ := rdb.Get(ctx, p+"lease:r:token").Result(); v != "1" {
+	if v, _ := rdb.Get(ctx, p+"r:token").Result(); v != "1" {
 		t.Fatalf("counter = %q after refused acquisitions, want 1", v)
 	}
-	if v, _ := rdb.Get(ctx, p+"lease:r").Result(); v != "A" {
+	if v, _ := rdb.Get(ctx, p+"r").Result(); v != "A" {
 		t.Fatalf("lease key = %q, want A", v)
 	}
 	// Re-acquiring while holding: a new token, still the same owner.
@@ -95,7 +95,7 @@ func TestHeldLeaseRefusesOthers(t *testing.T) {
 	if err := b.Renew(ctx); !errors.Is(err, redislease.ErrNotHeld) {
 		t.Fatalf("B: Renew = %v, want ErrNotHeld", err)
 	}
-	if v, _ := rdb.Get(ctx, p+"lease:r").Result(); v != "A" {
+	if v, _ := rdb.Get(ctx, p+"r").Result(); v != "A" {
 		t.Fatalf("B's Release or Renew touched A's lease: %q", v)
 	}
 }
@@ -111,14 +111,14 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Release(ctx) })
-	owner, err := rdb.Get(ctx, "fence:lease:"+name).Result()
+	owner, err := rdb.Get(ctx, "fencelease:"+name).Result()
 	if err != nil {
 		t.Fatalf("the lease is not under the default prefix: %v", err)
 	}
 	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(owner) {
 		t.Fatalf("default owner id %q is not 128 bits in hex", owner)
 	}
-	ttl, _ := rdb.PTTL(ctx, "fence:lease:"+name).Result()
+	ttl, _ := rdb.PTTL(ctx, "fencelease:"+name).Result()
 	if ttl <= 9*time.Second || ttl > redislease.DefaultTTL {
 		t.Fatalf("PTTL = %v, want about %v", ttl, redislease.DefaultTTL)
 	}
@@ -149,7 +149,7 @@ func TestAcquireErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := prefix()
 			if tt.counter != "" {
-				if err := rdb.Set(ctx, p+"lease:"+tt.lease+":token", tt.counter, 0).Err(); err != nil {
+				if err := rdb.Set(ctx, p+tt.lease+":token", tt.counter, 0).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -159,7 +159,7 @@ func TestAcquireErrors(t *testing.T) {
 				t.Fatalf("Acquire = %d, %v; want a failure that is not ErrHeld", tok, err)
 			}
 			t.Log(err)
-			if n, _ := rdb.Exists(ctx, p+"lease:"+tt.lease).Result(); n != 0 {
+			if n, _ := rdb.Exists(ctx, p+tt.lease).Result(); n != 0 {
 				t.Fatal("the lease was granted")
 			}
 		})

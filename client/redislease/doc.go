@@ -39,17 +39,16 @@
 //
 // With the default prefix, lease "orders/42" is two string keys:
 //
-//	fence:lease:orders/42        the holder's owner id, with the TTL (PX)
-//	fence:lease:orders/42:token  the token counter, INCR'd, never expires
+//	fencelease:orders/42        the holder's owner id, with the TTL (PX)
+//	fencelease:orders/42:token  the token counter, INCR'd, never expires
 //
 // The counter must never expire nor be deleted: if it were, tokens would start
 // again at 1, every new holder would be refused as stale by a proxy that had
 // seen a greater token, and if the proxy's marks were lost too, an old holder's
 // token could be admitted again. Do not delete it to "reset" a lease; delete
-// only the lease key. The proxy keeps its marks under the same default prefix
-// ("fence:" plus the resource name), so a proxy resource whose name starts with
-// "lease:" would share these keys: use another Options.Prefix, or another
-// Redis database, if resource names can start that way.
+// only the lease key. The proxy keeps its marks under another default prefix
+// ("fence:" plus the resource name), so the two never share a key; keep the
+// prefixes distinct if you change either.
 //
 // # What the guarantees rest on
 //

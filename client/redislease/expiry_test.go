@@ -50,10 +50,10 @@ func TestExpiryLetsAnotherOwnerIn(t *testing.T) {
 	if err := a.Release(ctx); !errors.Is(err, redislease.ErrNotHeld) {
 		t.Fatalf("A: Release = %v, want ErrNotHeld", err)
 	}
-	if v, _ := rdb.Get(ctx, p+"lease:r").Result(); v != "B" {
+	if v, _ := rdb.Get(ctx, p+"r").Result(); v != "B" {
 		t.Fatalf("lease key = %q after A's late Renew and Release, want B", v)
 	}
-	if pttl, _ := rdb.PTTL(ctx, p+"lease:r").Result(); pttl <= ttl {
+	if pttl, _ := rdb.PTTL(ctx, p+"r").Result(); pttl <= ttl {
 		t.Fatalf("B's TTL was cut to %v by A's Renew", pttl)
 	}
 	if err := b.Renew(ctx); err != nil {
@@ -88,7 +88,7 @@ func TestRenewKeepsTheLease(t *testing.T) {
 	if a.Token() != tok {
 		t.Fatalf("Token = %d after renewals, want %d", a.Token(), tok)
 	}
-	pttl, _ := rdb.PTTL(ctx, p+"lease:r").Result()
+	pttl, _ := rdb.PTTL(ctx, p+"r").Result()
 	if pttl <= 0 || pttl > ttl {
 		t.Fatalf("PTTL = %v, want in (0, %v]", pttl, ttl)
 	}

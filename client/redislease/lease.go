@@ -12,9 +12,10 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultPrefix is the key prefix when Options.Prefix is empty, the same
-	// as fenceproxy's FENCE_KEY_PREFIX default.
-	DefaultPrefix = "fence:"
+	// DefaultPrefix is the key prefix when Options.Prefix is empty. It differs
+	// from fenceproxy's FENCE_KEY_PREFIX default ("fence:") so that no
+	// resource name can spell a lease's key when both share one Redis.
+	DefaultPrefix = "fencelease:"
 	// DefaultTTL is the lease's time to live when Options.TTL is not positive.
 	DefaultTTL = 10 * time.Second
 	// DefaultRetry is AcquireWait's interval between attempts when the one
@@ -81,7 +82,7 @@ func New(client redis.UniversalClient, name string, opts Options) *Lease {
 	if owner == "" {
 		owner = randomOwnerID()
 	}
-	key := prefix + "lease:" + name
+	key := prefix + name
 	return &Lease{
 		client:     client,
 		name:       name,
