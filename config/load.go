@@ -32,6 +32,7 @@ type rawEnv struct {
 	StoreTimeout    string `env:"FENCE_STORE_TIMEOUT" envDefault:"500ms"`
 	ShutdownTimeout string `env:"FENCE_SHUTDOWN_TIMEOUT" envDefault:"25s"`
 	LogLevel        string `env:"FENCE_LOG_LEVEL" envDefault:"info"`
+	AdminPprof      string `env:"FENCE_ADMIN_PPROF" envDefault:"false"`
 
 	RedisURL      string `env:"FENCE_REDIS_URL"`
 	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS"`
@@ -108,6 +109,11 @@ func Load(environ map[string]string) (*Config, error) {
 
 	c.StoreTimeout = parsePositiveDuration("FENCE_STORE_TIMEOUT", raw.StoreTimeout, bad)
 	c.ShutdownTimeout = parsePositiveDuration("FENCE_SHUTDOWN_TIMEOUT", raw.ShutdownTimeout, bad)
+	if b, err := strconv.ParseBool(raw.AdminPprof); err != nil {
+		bad("FENCE_ADMIN_PPROF", "%q is not a boolean (true or false)", raw.AdminPprof)
+	} else {
+		c.AdminPprof = b
+	}
 	c.Redis.WaitTimeout = parsePositiveDuration("FENCE_REDIS_WAIT_TIMEOUT", raw.WaitTimeout, bad)
 
 	if lvl, err := zapcore.ParseLevel(raw.LogLevel); err != nil {

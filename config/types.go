@@ -32,6 +32,7 @@ type Config struct {
 	StoreTimeout    time.Duration // FENCE_STORE_TIMEOUT (> 0)
 	ShutdownTimeout time.Duration // FENCE_SHUTDOWN_TIMEOUT (> 0): bound on draining at SIGTERM
 	LogLevel        zapcore.Level // FENCE_LOG_LEVEL
+	AdminPprof      bool          // FENCE_ADMIN_PPROF: serve net/http/pprof on the admin port
 	Redis           Redis
 	Routes          Routes // from RoutesFile, or DefaultRoutes()
 }

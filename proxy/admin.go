@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,9 @@ type AdminOptions struct {
 	Metrics *Metrics
 	Checks  []ReadinessCheck
 	Logger  *zap.Logger // if nil, nothing is logged
+	// Pprof serves the runtime profiles under /debug/pprof/. Off by default:
+	// profiles reveal internals and cost CPU while taken.
+	Pprof bool
 }
 
 // Admin serves /healthz, /readyz and /metrics.
@@ -69,6 +73,13 @@ func NewAdmin(o AdminOptions) *Admin {
 	})
 	if o.Metrics != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/*", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	a.Handler = mux
 	return a

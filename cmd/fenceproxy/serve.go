@@ -56,6 +56,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, ready list
 		Metrics: metrics,
 		Checks:  st.checks,
 		Logger:  log.Named("admin"),
+		Pprof:   cfg.AdminPprof,
 	})
 
 	dataLn, err := net.Listen("tcp", cfg.ListenAddr)

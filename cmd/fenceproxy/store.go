@@ -43,7 +43,20 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger) (opened
 	return openedStore{}, fmt.Errorf("FENCE_STORE: unknown store %q", cfg.Store)
 }
 
+// redisLog routes go-redis's own messages (one per failed dial, by default
+// printed to stderr unstructured) into the JSON log at debug: every failed
+// admission is already logged as a refusal, so at info they would only repeat
+// it, once per request while Redis is down.
+type redisLog struct{ log *zap.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	if ce := l.log.Check(zap.DebugLevel, "go-redis"); ce != nil {
+		ce.Write(zap.String("detail", fmt.Sprintf(format, v...)))
+	}
+}
+
 func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (openedStore, error) {
+	redis.SetLogger(redisLog{log.Named("redis")})
 	client, err := redisClient(&cfg.Redis)
 	if err != nil {
 		return openedStore{}, err
@@ -61,8 +74,9 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (opened
 	// achieve, minus the restarts.
 	pctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
 	defer cancel()
-	if err := s.Ping(pctx); err != nil {
-		log.Warn("redis does not answer yet; refusing fenced requests (503) until it does", zap.Error(err))
+	pingErr := s.Ping(pctx)
+	if pingErr != nil {
+		log.Warn("redis does not answer yet; refusing fenced requests (503) until it does", zap.Error(pingErr))
 	}
 
 	if cfg.Redis.Eviction != config.EvictionOff {
@@ -82,11 +96,18 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (opened
 			}
 			return nil
 		}
-		if err := check(pctx); err != nil && !errors.Is(err, fencestore.ErrUnavailable) {
+		// Only a server that answers can be asked its policy: CONFIG GET
+		// failing where PING failed too (TLS, credentials, Redis down) is no
+		// reason to advise warn. /readyz runs the check once PING succeeds.
+		var checkErr error
+		if pingErr == nil {
+			checkErr = check(pctx)
+		}
+		if checkErr != nil && !errors.Is(checkErr, fencestore.ErrUnavailable) {
 			if mode == config.EvictionWarn {
-				log.Warn("FENCE_REDIS_EVICTION=warn", zap.Error(err))
+				log.Warn("FENCE_REDIS_EVICTION=warn", zap.Error(checkErr))
 			} else {
-				log.Error("FENCE_REDIS_EVICTION=refuse: not ready", zap.Error(err))
+				log.Error("FENCE_REDIS_EVICTION=refuse: not ready", zap.Error(checkErr))
 			}
 		}
 		if mode == config.EvictionRefuse {
