@@ -4,7 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test test-short fuzz bench redis-server vet
+.PHONY: build run test test-short test-deploy fuzz bench redis-server vet
 
 build: ## static binary, built exactly as the container image builds it
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/fenceproxy ./cmd/fenceproxy
@@ -16,6 +16,10 @@ test: redis-server vet ## every test, with the race detector; tests start their 
 	$(GO) test -race -count=1 ./...
 	@# allocation counts are only meaningful without -race (sync.Pool drops items under it)
 	$(GO) test -count=1 -run 'Alloc' ./proxy
+	$(MAKE) test-deploy
+
+test-deploy: ## render and strictly validate every manifest, check the Dockerfile, build as the image does (own module)
+	cd deploy && $(GO) test -count=1 ./...
 
 test-short: ## without the Redis-backed tests
 	FENCE_SKIP_REDIS=1 $(GO) test -race -count=1 ./...

@@ -45,6 +45,14 @@ type Options struct {
 	// Logger receives warnings about the client's options. If nil, nothing is
 	// logged.
 	Logger *zap.Logger
+	// MaxBatch bounds how many admissions one pipeline carries (group
+	// commit, see batch.go). Zero means DefaultMaxBatch; a negative value
+	// turns batching off (one round trip per admission). Admissions with
+	// MinReplicas are not batched.
+	MaxBatch int
+	// Pipelines is how many batches may be in flight at once. Zero means
+	// DefaultPipelines.
+	Pipelines int
 }
 
 // Store is a fencestore.Store in Redis.
@@ -54,6 +62,7 @@ type Store struct {
 	minReplicas int
 	waitTimeout time.Duration
 	log         *zap.Logger
+	batch       *batcher // nil: one round trip per admission
 
 	closeOnce sync.Once
 	closeErr  error
@@ -82,6 +91,16 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		log:         log.Named("redisstore"),
 	}
 	s.checkClient()
+	if opts.MaxBatch >= 0 && opts.MinReplicas <= 0 {
+		maxBatch, pipelines := opts.MaxBatch, opts.Pipelines
+		if maxBatch == 0 {
+			maxBatch = DefaultMaxBatch
+		}
+		if pipelines <= 0 {
+			pipelines = DefaultPipelines
+		}
+		s.batch = newBatcher(client, maxBatch, pipelines)
+	}
 	return s
 }
 
@@ -122,17 +141,19 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 	if cmp == fencestore.Greater {
 		mode = "gt"
 	}
-	keys := []string{key}
 	tok := strconv.FormatUint(token, 10)
 	var (
 		reply any
 		err   error
 		wait  *redis.IntCmd
 	)
-	if s.minReplicas > 0 {
-		reply, wait, err = s.admitAndWait(ctx, key, keys, tok, mode)
-	} else {
-		reply, err = admitScript.Run(ctx, s.client, keys, tok, mode).Result()
+	switch {
+	case s.minReplicas > 0:
+		reply, wait, err = s.admitAndWait(ctx, key, tok, mode)
+	case s.batch != nil:
+		reply, err = s.batch.admit(ctx, key, tok, mode)
+	default:
+		reply, err = admitScript.Run(ctx, s.client, []string{key}, tok, mode).Result()
 	}
 	if err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
@@ -160,7 +181,8 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 // connection: WAIT counts the replicas that have the writes of its own
 // connection. The script always writes when it admits ("w"), so the count also
 // covers a mark that an equal token relied on and another connection wrote.
-func (s *Store) admitAndWait(ctx context.Context, key string, keys []string, tok, mode string) (any, *redis.IntCmd, error) {
+func (s *Store) admitAndWait(ctx context.Context, key, tok, mode string) (any, *redis.IntCmd, error) {
+	keys := []string{key}
 	node, err := s.nodeFor(ctx, key)
 	if err != nil {
 		return nil, nil, err
@@ -289,6 +311,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the client. Closing twice is harmless.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.batch != nil {
+			s.batch.close()
+		}
 		if err := s.client.Close(); err != nil {
 			s.closeErr = fmt.Errorf("redisstore: close: %w", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,6 +40,75 @@ func TestConformance(t *testing.T) {
 		s, _ := newStore(t, srv, redisstore.Options{})
 		return s
 	})
+}
+
+// The same suite with group commit off: one round trip per admission.
+func TestConformanceUnbatched(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T) fencestore.Store {
+		s, _ := newStore(t, srv, redisstore.Options{MaxBatch: -1})
+		return s
+	})
+}
+
+// Group commit under load against real Redis: many concurrent admissions on
+// few resources (so pipelines carry several admissions of one key), each
+// decision exact, the final marks the greatest admitted tokens, and some
+// callers giving up mid-flight without disturbing the others.
+func TestBatchedConcurrency(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := newStore(t, srv, redisstore.Options{MaxBatch: 16, Pipelines: 2})
+	const workers, per, resources = 32, 100, 3
+	var greatest [resources]atomic.Uint64
+	var admitted, refused, gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				res := (w + i) % resources
+				tok := uint64(i*workers + w + 1)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if i%17 == 0 { // a caller that gives up at once
+					cancel()
+				}
+				d, err := s.Admit(ctx, "r"+strconv.Itoa(res), tok, fencestore.Greater)
+				cancel()
+				switch {
+				case err != nil && i%17 == 0:
+					gaveUp.Add(1)
+				case err != nil:
+					t.Errorf("Admit: %v", err)
+					return
+				case d.Admitted:
+					admitted.Add(1)
+					if d.Mark != tok {
+						t.Errorf("admitted %d with mark %d", tok, d.Mark)
+					}
+					for {
+						g := greatest[res].Load()
+						if tok <= g || greatest[res].CompareAndSwap(g, tok) {
+							break
+						}
+					}
+				default:
+					refused.Add(1)
+					if d.Mark <= tok {
+						t.Errorf("refused %d under '>' with mark %d", tok, d.Mark)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for res := range resources {
+		m, ok, err := s.Mark(t.Context(), "r"+strconv.Itoa(res))
+		if err != nil || !ok || m != greatest[res].Load() {
+			t.Errorf("r%d: mark %d (%v, %v), greatest admitted %d", res, m, ok, err, greatest[res].Load())
+		}
+	}
+	t.Logf("admitted %d, refused %d, gave up %d", admitted.Load(), refused.Load(), gaveUp.Load())
 }
 
 // startReplicated starts a primary and one replica of it, and waits until the
@@ -412,6 +482,9 @@ func TestClientOptionWarnings(t *testing.T) {
 	}
 }
 
+// BenchmarkAdmit measures one admission against a local redis-server:
+// sequential (one caller, so group commit has nothing to group) and from 8
+// callers per CPU, with group commit (the default) and without it.
 func BenchmarkAdmit(b *testing.B) {
 	srv := redistest.Start(b)
 	ctx := context.Background()
@@ -426,18 +499,26 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 		}
 	})
-	b.Run("parallel", func(b *testing.B) {
-		s, _ := newStore(b, srv, redisstore.Options{})
-		var token atomic.Uint64
-		b.ReportAllocs()
-		b.SetParallelism(8)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := s.Admit(ctx, "bench", token.Add(1), fencestore.AtLeast); err != nil {
-					b.Error(err)
-					return
-				}
+	for _, bc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"parallel-batched", redisstore.Options{}}, {"parallel-unbatched", redisstore.Options{MaxBatch: -1}}} {
+		b.Run(bc.name, func(b *testing.B) { benchParallel(b, srv, bc.opts) })
+	}
+}
+
+func benchParallel(b *testing.B, srv *redistest.Server, opts redisstore.Options) {
+	ctx := context.Background()
+	s, _ := newStore(b, srv, opts)
+	var token atomic.Uint64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.Admit(ctx, "bench", token.Add(1), fencestore.AtLeast); err != nil {
+				b.Error(err)
+				return
 			}
-		})
+		}
 	})
 }

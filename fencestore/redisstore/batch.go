@@ -1,0 +1,208 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Group commit. While a pipeline of admissions is in flight, new admissions
+// queue; the next pipeline takes all of them at once. One round trip, one
+// pair of syscalls on each side and (with appendfsync always) one fsync then
+// serve many requests. When idle, an admission goes out at once: a worker
+// waits on the queue, never on a timer, so batching adds no latency.
+//
+// Each admission keeps its own decision (one EVALSHA each in the pipeline,
+// atomic per key as always) and its own deadline: the caller stops waiting
+// at its ctx's deadline even if its pipeline is slower.
+
+// DefaultMaxBatch and DefaultPipelines are the batching defaults.
+const (
+	DefaultMaxBatch  = 128
+	DefaultPipelines = 2
+)
+
+// errClosed is returned by an admission on a closed store.
+var errClosed = errors.New("redisstore: store closed")
+
+type admission struct {
+	ctx   context.Context
+	keys  [1]string
+	tok   string
+	mode  string
+	reply any
+	err   error
+	done  chan struct{} // buffered 1: the worker never blocks on a gone caller
+}
+
+var admissionPool = sync.Pool{New: func() any { return &admission{done: make(chan struct{}, 1)} }}
+
+type batcher struct {
+	client   redis.UniversalClient
+	queue    chan *admission
+	maxBatch int
+	stop     chan struct{} // closed by close: workers drain and exit
+	stopped  chan struct{} // closed once they have
+	wg       sync.WaitGroup
+}
+
+func newBatcher(client redis.UniversalClient, maxBatch, pipelines int) *batcher {
+	b := &batcher{
+		client:   client,
+		queue:    make(chan *admission, maxBatch*pipelines),
+		maxBatch: maxBatch,
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	b.wg.Add(pipelines)
+	for range pipelines {
+		go b.run()
+	}
+	return b
+}
+
+// admit queues one admission and waits for its reply or ctx. The queue is
+// bounded: when it is full the caller waits for room until its deadline.
+func (b *batcher) admit(ctx context.Context, key, tok, mode string) (any, error) {
+	select {
+	case <-b.stop:
+		return nil, errClosed
+	default:
+	}
+	a := admissionPool.Get().(*admission)
+	a.ctx, a.keys[0], a.tok, a.mode = ctx, key, tok, mode
+	select {
+	case b.queue <- a:
+	case <-ctx.Done():
+		a.ctx = nil
+		admissionPool.Put(a)
+		return nil, ctx.Err()
+	case <-b.stop:
+		a.ctx = nil
+		admissionPool.Put(a)
+		return nil, errClosed
+	}
+	select {
+	case <-a.done:
+		reply, err := a.reply, a.err
+		*a = admission{done: a.done}
+		admissionPool.Put(a)
+		return reply, err
+	case <-ctx.Done():
+		// The worker still owns a and will signal done into the buffer;
+		// a is not returned to the pool, the garbage collector takes it.
+		return nil, ctx.Err()
+	case <-b.stopped:
+		// Queued after the workers drained: nobody will run it.
+		return nil, errClosed
+	}
+}
+
+func (b *batcher) close() {
+	close(b.stop)
+	b.wg.Wait()
+	close(b.stopped)
+}
+
+func (b *batcher) run() {
+	defer b.wg.Done()
+	batch := make([]*admission, 0, b.maxBatch)
+	cmds := make([]*redis.Cmd, 0, b.maxBatch)
+	for {
+		select {
+		case a := <-b.queue:
+			batch = append(batch[:0], a)
+		case <-b.stop:
+			b.drain()
+			return
+		}
+	fill:
+		for len(batch) < b.maxBatch {
+			select {
+			case a := <-b.queue:
+				batch = append(batch, a)
+			default:
+				break fill
+			}
+		}
+		cmds = b.exec(batch, cmds[:0])
+	}
+}
+
+// drain answers whatever is still queued at close.
+func (b *batcher) drain() {
+	for {
+		select {
+		case a := <-b.queue:
+			a.err = errClosed
+			a.done <- struct{}{}
+		default:
+			return
+		}
+	}
+}
+
+// exec sends one pipeline for batch and answers each admission.
+func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
+	// An admission whose caller already gave up is not sent: it was
+	// answered 503, and not running it keeps the mark from advancing for it.
+	live := batch[:0]
+	var deadline time.Time
+	unbounded := false
+	for _, a := range batch {
+		if err := a.ctx.Err(); err != nil {
+			a.err = err
+			a.done <- struct{}{}
+			continue
+		}
+		live = append(live, a)
+		// The pipeline runs until the latest deadline among its members, so
+		// none is cut short; each caller stops waiting at its own.
+		if d, ok := a.ctx.Deadline(); !ok {
+			unbounded = true
+		} else if d.After(deadline) {
+			deadline = d
+		}
+	}
+	if len(live) == 0 {
+		return cmds
+	}
+	ctx := context.Background()
+	if !unbounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+
+	pipe := b.client.Pipeline()
+	for _, a := range live {
+		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, a.keys[:], a.tok, a.mode))
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+
+	// NOSCRIPT (a restarted or flushed server): the script did not run for
+	// those, so running them again with EVAL is safe, and caches it.
+	var retry redis.Pipeliner
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			if retry == nil {
+				retry = b.client.Pipeline()
+			}
+			cmds[i] = admitScript.Eval(ctx, retry, live[i].keys[:], live[i].tok, live[i].mode)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	for i, a := range live {
+		a.reply, a.err = cmds[i].Result()
+		a.done <- struct{}{}
+	}
+	for i := range cmds {
+		cmds[i] = nil
+	}
+	return cmds
+}
