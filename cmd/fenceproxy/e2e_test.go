@@ -198,6 +198,25 @@ func TestRedisKilledFailsClosedAndRecovers(t *testing.T) {
 	if a := put(t, p.data, "/orders/1", "45"); a.status != 200 {
 		t.Fatalf("45 after restart: %+v", a)
 	}
+	// The restart gave Redis a new run id: the program notices and says so.
+	waitFor(t, "the master change to be noticed", func() bool {
+		return strings.Contains(p.logs.String(), "redis server changed") &&
+			strings.Contains(body(t, p.admin+"/metrics"), "fenceproxy_redis_master_changes_total 1")
+	})
+	if !strings.Contains(body(t, p.admin+"/metrics"), "fenceproxy_redis_master 1") {
+		t.Fatal("fenceproxy_redis_master is not 1")
+	}
+}
+
+func body(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // Redis paused (SIGSTOP) past the store timeout: 503 within the bound,

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
 	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
@@ -38,6 +39,15 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, ready list
 	}()
 
 	metrics := proxy.NewMetrics()
+	if rs, ok := st.store.(*redisstore.Store); ok && len(cfg.Redis.ClusterAddrs) == 0 {
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			newMasterWatch(rs, metrics.Registry, log.Named("redis"), time.Second, cfg.StoreTimeout).run(wctx)
+		}()
+		defer func() { stopWatch(); <-watched }() // before the store closes
+	}
 	px, err := proxy.New(proxy.Options{
 		Upstream:     cfg.UpstreamURL,
 		Routes:       cfg.Routes,

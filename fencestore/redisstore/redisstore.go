@@ -358,3 +358,32 @@ type ReplicaAckError struct {
 func (e *ReplicaAckError) Error() string {
 	return fmt.Sprintf("redisstore: admit %q: %d of %d replicas acknowledged within %v", e.Key, e.Acked, e.Want, e.Timeout)
 }
+
+// ServerInfo identifies the Redis server a store's commands reach.
+type ServerInfo struct {
+	RunID string // changes when the server restarts or another one takes over
+	Role  string // "master", or "slave" for a replica (which refuses writes)
+}
+
+// Server reads the run id and role of the server that admissions reach (INFO
+// server and replication). Watching it over time shows a failover or a
+// restart: both change the run id. With a cluster client the answer comes
+// from one node of many, so it says little.
+func (s *Store) Server(ctx context.Context) (ServerInfo, error) {
+	text, err := s.client.Info(ctx, "server", "replication").Result()
+	if err != nil {
+		return ServerInfo{}, fencestore.Unavailable(fmt.Errorf("redisstore: INFO: %w", err))
+	}
+	var si ServerInfo
+	for _, line := range strings.Split(text, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			si.RunID = v
+		} else if v, ok := strings.CutPrefix(line, "role:"); ok {
+			si.Role = v
+		}
+	}
+	if si.RunID == "" || si.Role == "" {
+		return ServerInfo{}, fmt.Errorf("redisstore: INFO lacks run_id or role")
+	}
+	return si, nil
+}
