@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,7 +42,8 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 		},
-		Transport: tr,
+		Transport:  tr,
+		BufferPool: copyBuffers,
 		// FlushInterval 0: responses are streamed and flushed as the upstream
 		// writes them when they have no length or are event streams, the
 		// ReverseProxy default.
@@ -63,6 +65,28 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 			})
 		},
 	}
+}
+
+// copyBuffers recycles the 32 KiB buffers that copy response bodies. Without
+// a pool ReverseProxy allocates one per request: under load that was most of
+// the bytes the proxy allocated, and so most of its garbage collection.
+var copyBuffers = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) != 32<<10 {
+		return
+	}
+	buf = buf[:cap(buf)]
+	b.p.Put(&buf)
 }
 
 func isTimeout(err error) bool {
