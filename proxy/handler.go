@@ -148,7 +148,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	resource, err := fillResource(&rt.resource, r, rctx, query)
+	var nameBuf [128]byte
+	name, err := fillResource(nameBuf[:0], &rt.resource, r, rctx, query)
+	resource := ""
+	if err == nil {
+		resource = rt.names.intern(name)
+	}
 	if err != nil {
 		p.refuse(w, rt, decBadRequest, &problem{
 			Type: TypeBadRequest, Title: "Resource cannot be named", Status: http.StatusBadRequest,

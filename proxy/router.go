@@ -29,6 +29,7 @@ type route struct {
 	connHeaders []string
 	metrics     *routeMetrics
 	forward     *httputil.ReverseProxy
+	names       names // interned resource names
 }
 
 type routeKey struct{ method, pattern string }

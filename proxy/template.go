@@ -3,7 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/url"
-	"strings"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 
@@ -16,7 +16,8 @@ type templateError struct{ detail string }
 
 func (e *templateError) Error() string { return e.detail }
 
-// fillResource fills t for request r whose path parameters are in rctx.
+// fillResource appends the resource name of t for request r, whose path
+// parameters are in rctx, to dst.
 //
 // Path parameters are substituted as matched (they are segments of the
 // canonical path, so they hold no '/'; the wildcard "*" may). Header and query
@@ -25,22 +26,17 @@ func (e *templateError) Error() string { return e.detail }
 // a tenant header "a/orders/7" cannot land on the key of tenant "a"'s order 7.
 // An absent, empty or repeated header or query value is an error: the
 // resource would be ambiguous.
-func fillResource(t *config.Template, r *http.Request, rctx *chi.Context, query url.Values) (string, error) {
-	if len(t.Parts) == 1 && t.Parts[0].Kind == config.PartLiteral {
-		return t.Parts[0].Value, nil // the common fixed resource: no allocation
-	}
-	var b strings.Builder
-	b.Grow(len(t.Raw) + 16)
+func fillResource(dst []byte, t *config.Template, r *http.Request, rctx *chi.Context, query url.Values) ([]byte, error) {
 	for _, p := range t.Parts {
 		switch p.Kind {
 		case config.PartLiteral:
-			b.WriteString(p.Value)
+			dst = append(dst, p.Value...)
 		case config.PartParam:
 			v, ok := urlParam(rctx, p.Value)
 			if !ok || v == "" {
-				return "", &templateError{"path parameter {" + p.Value + "} is empty"}
+				return nil, &templateError{"path parameter {" + p.Value + "} is empty"}
 			}
-			b.WriteString(v)
+			dst = append(dst, v...)
 		case config.PartHeader:
 			vs := r.Header[p.Value]
 			if p.Value == "Host" { // Go moves Host out of the header map
@@ -48,36 +44,69 @@ func fillResource(t *config.Template, r *http.Request, rctx *chi.Context, query 
 			}
 			switch {
 			case len(vs) == 0 || vs[0] == "":
-				return "", &templateError{"header " + p.Value + " is required to name the resource"}
+				return nil, &templateError{"header " + p.Value + " is required to name the resource"}
 			case len(vs) > 1:
-				return "", &templateError{"header " + p.Value + " is repeated; the resource would be ambiguous"}
+				return nil, &templateError{"header " + p.Value + " is repeated; the resource would be ambiguous"}
 			}
-			writeEscaped(&b, vs[0])
+			dst = appendEscaped(dst, vs[0])
 		case config.PartQuery:
 			vs := query[p.Value]
 			switch {
 			case len(vs) == 0 || vs[0] == "":
-				return "", &templateError{"query parameter " + p.Value + " is required to name the resource"}
+				return nil, &templateError{"query parameter " + p.Value + " is required to name the resource"}
 			case len(vs) > 1:
-				return "", &templateError{"query parameter " + p.Value + " is repeated; the resource would be ambiguous"}
+				return nil, &templateError{"query parameter " + p.Value + " is repeated; the resource would be ambiguous"}
 			}
-			writeEscaped(&b, vs[0])
+			dst = appendEscaped(dst, vs[0])
 		}
 	}
-	return b.String(), nil
+	return dst, nil
 }
 
-func writeEscaped(b *strings.Builder, v string) {
+func appendEscaped(dst []byte, v string) []byte {
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; c {
 		case '%':
-			b.WriteString("%25")
+			dst = append(dst, "%25"...)
 		case '/':
-			b.WriteString("%2F")
+			dst = append(dst, "%2F"...)
 		default:
-			b.WriteByte(c)
+			dst = append(dst, c)
 		}
 	}
+	return dst
+}
+
+// maxInterned bounds how many resource names one route keeps.
+const maxInterned = 4096
+
+// names interns the resource names of one route, so that filling a template
+// for a resource seen before allocates nothing: the name is looked up by its
+// bytes (a map index with string(b) does not allocate). Past maxInterned
+// names a new one is allocated per request, as without the cache; the bound
+// keeps a client that invents names from growing memory.
+type names struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+func (n *names) intern(b []byte) string {
+	n.mu.RLock()
+	s, ok := n.m[string(b)]
+	n.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = string(b)
+	n.mu.Lock()
+	if n.m == nil {
+		n.m = make(map[string]string)
+	}
+	if len(n.m) < maxInterned {
+		n.m[s] = s
+	}
+	n.mu.Unlock()
+	return s
 }
 
 // needsQuery reports whether t reads the query string, so the handler parses
