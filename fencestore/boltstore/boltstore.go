@@ -18,18 +18,7 @@ var _ fencestore.Store = (*Store)(nil)
 
 // Defaults for the zero Options fields.
 const (
-	// DefaultMaxBatchDelay is how long an admission waits for others to join
-	// its commit. bbolt's own default, 10ms, is paid in full by an admission on
-	// an idle proxy. Measured here (ext4 on virtio, 2 shared cores, one commit
-	// about 0.14ms): an idle admission takes about 1.35ms with any delay up to
-	// 1ms (an idle Go runtime wakes for timers with millisecond resolution),
-	// 10.7ms at 10ms, 0.14ms with no delay; with 64 concurrent admitters it
-	// takes about 30µs per admission with 0.5-1ms, but 150µs with no delay,
-	// since each then commits and fsyncs alone and the queue grows. Half a
-	// millisecond keeps the batching for about 1ms of idle latency.
-	DefaultMaxBatchDelay = 500 * time.Microsecond
-	// DefaultMaxBatchSize caps the admissions in one transaction, as bbolt's
-	// default does.
+	// DefaultMaxBatchSize caps the admissions one commit carries.
 	DefaultMaxBatchSize = 1000
 	// DefaultLockTimeout bounds the wait for the file lock: long enough for a
 	// previous process that is exiting to let go, short enough that a second
@@ -47,11 +36,6 @@ type Options struct {
 	// KeyPrefix is put before each resource name to form its key, as in the
 	// Redis store.
 	KeyPrefix string
-	// MaxBatchDelay is the longest an admission waits for others to share its
-	// commit and fsync. Zero means DefaultMaxBatchDelay; negative means no
-	// wait (lowest idle latency, but concurrent admissions then commit one by
-	// one).
-	MaxBatchDelay time.Duration
 	// MaxBatchSize is the most admissions one commit carries. Zero means
 	// DefaultMaxBatchSize.
 	MaxBatchSize int
@@ -62,15 +46,26 @@ type Options struct {
 
 // Store is a fencestore.Store in a bbolt file.
 type Store struct {
-	db     *bolt.DB
-	prefix string
+	db       *bolt.DB
+	prefix   string
+	queue    chan *pending
+	maxBatch int
 
-	// mu guards closed and orders wg.Add before Close's wg.Wait.
-	mu     sync.RWMutex
-	closed bool
-	// wg counts admissions still running in bbolt, including those whose
-	// callers gave up, so that Close waits for them.
-	wg sync.WaitGroup
+	// mu guards closed; Close takes it to stop new admissions from queueing
+	// before it closes the queue.
+	mu      sync.RWMutex
+	closed  bool
+	stopped chan struct{} // closed when the committer has answered everything
+}
+
+// pending is one admission waiting for the committer.
+type pending struct {
+	key   []byte
+	token uint64
+	cmp   fencestore.Compare
+	d     fencestore.Decision
+	err   error
+	done  chan struct{} // buffered 1: the committer never blocks on a gone caller
 }
 
 // Open opens or creates the store file at path and takes its lock.
@@ -91,17 +86,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
 	}
-	switch {
-	case opts.MaxBatchDelay > 0:
-		db.MaxBatchDelay = opts.MaxBatchDelay
-	case opts.MaxBatchDelay == 0:
-		db.MaxBatchDelay = DefaultMaxBatchDelay
-	default:
-		db.MaxBatchDelay = 0
-	}
-	db.MaxBatchSize = opts.MaxBatchSize
-	if db.MaxBatchSize <= 0 {
-		db.MaxBatchSize = DefaultMaxBatchSize
+	maxBatch := opts.MaxBatchSize
+	if maxBatch <= 0 {
+		maxBatch = DefaultMaxBatchSize
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucket)
@@ -110,7 +97,13 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: create bucket: %w", path, err)
 	}
-	return &Store{db: db, prefix: opts.KeyPrefix}, nil
+	st := &Store{
+		db: db, prefix: opts.KeyPrefix, maxBatch: maxBatch,
+		queue:   make(chan *pending, maxBatch),
+		stopped: make(chan struct{}),
+	}
+	go st.commit()
+	return st, nil
 }
 
 // Admit compares token with resource's mark and advances it in one bbolt
@@ -151,62 +144,88 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 		return d, nil
 	}
 
-	fn := func(tx *bolt.Tx) error {
-		// Batch runs fn again when another function of its batch fails, and
-		// the transaction of an earlier run is rolled back: only the last run's
-		// decision holds, so every run sets it afresh.
-		d = fencestore.Decision{}
-		b := tx.Bucket(bucket)
-		if b == nil {
-			return errors.New("bucket missing")
-		}
-		mark, ok, err := parseMark(key, b.Get(key))
-		if err != nil {
-			return err
-		}
-		if !cmp.Admits(token, mark, ok) {
-			d = fencestore.Decision{Mark: mark}
-			return nil
-		}
-		if !ok || token != mark {
-			if err := b.Put(key, strconv.AppendUint(nil, token, 10)); err != nil {
-				return err
-			}
-		}
-		d = fencestore.Decision{Admitted: true, Mark: token}
-		return nil
-	}
-
+	p := &pending{key: key, token: token, cmp: cmp, done: make(chan struct{}, 1)}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
 		return fencestore.Decision{}, errClosed
 	}
-	s.wg.Add(1)
-	s.mu.RUnlock()
-
-	if ctx.Done() == nil {
-		// No deadline to race: spare the goroutine.
-		defer s.wg.Done()
-		if err := s.db.Batch(fn); err != nil {
-			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: %w", key, err))
-		}
-		return d, nil
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer s.wg.Done()
-		done <- s.db.Batch(fn)
-	}()
 	select {
-	case err := <-done:
-		if err != nil {
-			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: %w", key, err))
+	case s.queue <- p:
+		s.mu.RUnlock()
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: queue full: %w", key, ctx.Err()))
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: %w", key, p.err))
 		}
-		return d, nil
+		return p.d, nil
 	case <-ctx.Done():
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: indeterminate, may still commit: %w", key, ctx.Err()))
 	}
+}
+
+// commit is the group committer. It takes the first queued admission and
+// every other one already waiting, decides them all in one read-write
+// transaction (in queue order, each seeing the writes of those before it),
+// and commits once: one fsync for the whole group. While it commits, new
+// admissions queue for the next group. It never waits on a timer, so an
+// admission on an idle store costs exactly one commit.
+func (s *Store) commit() {
+	defer close(s.stopped)
+	batch := make([]*pending, 0, s.maxBatch)
+	for p := range s.queue {
+		batch = append(batch[:0], p)
+	fill:
+		for len(batch) < s.maxBatch {
+			select {
+			case p, ok := <-s.queue:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucket)
+			if b == nil {
+				return errors.New("bucket missing")
+			}
+			for _, p := range batch {
+				p.d, p.err = decide(b, p.key, p.token, p.cmp)
+			}
+			return nil
+		})
+		for _, p := range batch {
+			if err != nil { // rolled back: nothing of this group holds
+				p.d, p.err = fencestore.Decision{}, err
+			}
+			p.done <- struct{}{}
+		}
+	}
+}
+
+// decide admits token against key's mark in b and advances the mark. A
+// corrupt mark fails this admission only, not its group.
+func decide(b *bolt.Bucket, key []byte, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+	mark, ok, err := parseMark(key, b.Get(key))
+	if err != nil {
+		return fencestore.Decision{}, err
+	}
+	if !cmp.Admits(token, mark, ok) {
+		return fencestore.Decision{Mark: mark}, nil
+	}
+	if !ok || token != mark {
+		if err := b.Put(key, strconv.AppendUint(nil, token, 10)); err != nil {
+			return fencestore.Decision{}, err
+		}
+	}
+	return fencestore.Decision{Admitted: true, Mark: token}, nil
 }
 
 // Mark returns resource's mark, and false when it has none.
@@ -263,9 +282,10 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 	return s.db.View(fn)
 }
 
-// Close waits for admissions already queued, including those whose callers
-// gave up, then closes the file and releases its lock. Later calls return an
-// error wrapping fencestore.ErrUnavailable. Closing twice is harmless.
+// Close lets the committer finish every admission already queued, including
+// those whose callers gave up, then closes the file and releases its lock.
+// Later calls return an error wrapping fencestore.ErrUnavailable. Closing
+// twice is harmless.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -273,8 +293,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.queue) // no Admit can be sending: they hold mu.RLock while they do
 	s.mu.Unlock()
-	s.wg.Wait()
+	<-s.stopped
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("boltstore: close: %w", err)
 	}

@@ -1,8 +1,11 @@
 // Package boltstore is a fencestore.Store in one bbolt file, for a proxy that
 // runs on one host without Redis. Every admission that advances a mark is a
 // bbolt read-write transaction, so it is atomic per resource and, once Admit
-// has returned a Decision, on disk: durability is one fsync per batch of
-// concurrent admissions (db.Batch), not per admission. An admission that
+// has returned a Decision, on disk: durability is one fsync per group of
+// concurrent admissions, not per admission: a single committer decides every
+// admission queued while the previous commit was in flight in one
+// transaction (group commit, with no timer, so an idle admission is never
+// delayed). An admission that
 // changes nothing (a refusal, an equal token under ">=") is decided in a
 // read-only transaction and costs no fsync. The file is locked for one process
 // at a time, so the marks cannot be shared by proxies on several hosts or

@@ -31,6 +31,9 @@ type Server struct {
 	port int
 	dir  string
 	args []string // the full command line after the program name
+	// ready, when set, replaces the plain PING that tells the server is up
+	// (a TLS-only server, say).
+	ready func(addr string) error
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -126,7 +129,11 @@ func (s *Server) waitPing(done <-chan struct{}) error {
 			return errors.New("exited before answering PING")
 		default:
 		}
-		if ping(s.Addr()) == nil {
+		check := ping
+		if s.ready != nil {
+			check = s.ready
+		}
+		if check(s.Addr()) == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {

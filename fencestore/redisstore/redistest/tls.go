@@ -1,0 +1,168 @@
+package redistest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TLSFiles are a test CA and a server certificate it signed, for the IP
+// address 127.0.0.1, as PEM files.
+type TLSFiles struct {
+	CA   string // the CA certificate (what a client trusts)
+	Cert string // the server certificate
+	Key  string // the server's private key (PKCS #8)
+	Pool *x509.CertPool
+}
+
+// NewTLSFiles mints an ECDSA P-256 CA and a server certificate with the SAN
+// IP 127.0.0.1, valid for an hour, and writes them to t.TempDir().
+func NewTLSFiles(t testing.TB) *TLSFiles {
+	t.Helper()
+	dir := t.TempDir()
+	now := time.Now()
+
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "fenceproxy test CA"},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "redis-server"},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		// Client auth too: redis uses the same certificate for its outgoing
+		// TLS connections (replication, cluster bus).
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	f := &TLSFiles{
+		CA:   filepath.Join(dir, "ca.pem"),
+		Cert: filepath.Join(dir, "server.pem"),
+		Key:  filepath.Join(dir, "server-key.pem"),
+		Pool: x509.NewCertPool(),
+	}
+	f.Pool.AddCert(caCert)
+	writePEM(t, f.CA, "CERTIFICATE", caDER)
+	writePEM(t, f.Cert, "CERTIFICATE", der)
+	writePEM(t, f.Key, "PRIVATE KEY", pkcs8)
+	return f
+}
+
+func writePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ClientConfig is a TLS client configuration that trusts only the test CA.
+func (f *TLSFiles) ClientConfig() *tls.Config {
+	return &tls.Config{RootCAs: f.Pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+}
+
+// TLSServer is a redis-server that speaks only TLS (--port 0): its Addr is
+// the TLS port.
+type TLSServer struct {
+	*Server
+	Files *TLSFiles
+}
+
+// StartTLS starts a redis-server whose only listener is TLS on a free
+// 127.0.0.1 port, with the certificate of files, not asking clients for
+// certificates (--tls-auth-clients no), and args as Start takes them. It
+// waits until a PING over TLS, verified against the test CA, answers.
+func StartTLS(t testing.TB, files *TLSFiles, args ...string) *TLSServer {
+	t.Helper()
+	conf := files.ClientConfig()
+	s := launch(t, "", func(port int, dir string) []string {
+		a := append([]string{"--save", "", "--appendonly", "no"}, args...)
+		a = append(a, fixedArgs(port, dir)...)
+		// After fixedArgs: the plain port closed, TLS on the free one.
+		return append(a, "--port", "0", "--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", files.Cert, "--tls-key-file", files.Key,
+			"--tls-ca-cert-file", files.CA, "--tls-auth-clients", "no")
+	}, func(addr string) error { return tlsPing(addr, conf) })
+	return &TLSServer{Server: s, Files: files}
+}
+
+func tlsPing(addr string, conf *tls.Config) error {
+	d := &net.Dialer{Timeout: time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", addr, conf)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	line, err := rawCommand(c, "PING")
+	if err != nil {
+		return err
+	}
+	if line != "+PONG" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// URL returns rediss://127.0.0.1:port/0.
+func (s *TLSServer) URL() string { return "rediss://" + s.Addr() + "/0" }
+
+// Options returns client options for the server over TLS, trusting the test
+// CA.
+func (s *TLSServer) Options() *redis.Options {
+	o := s.Server.Options()
+	o.TLSConfig = s.Files.ClientConfig()
+	return o
+}
+
+// Client returns a TLS client of the server, closed when the test ends.
+func (s *TLSServer) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(s.Options())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
