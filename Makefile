@@ -4,7 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test test-short test-deploy fuzz bench redis-server vet
+.PHONY: build run test test-short test-deploy faults faults-long faults-test fuzz bench redis-server vet
 
 build: ## static binary, built exactly as the container image builds it
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/fenceproxy ./cmd/fenceproxy
@@ -28,6 +28,15 @@ vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+
+faults: build redis-server ## fault and load suite, bounded (CI): one scenario= line per scenario, exit 1 on a safety failure
+	cd faults && $(GO) run ./cmd/faults -mode short -bin ../bin/fenceproxy
+
+faults-long: build redis-server ## the same, longer, with more injections (about 10 minutes)
+	cd faults && $(GO) run ./cmd/faults -mode long -bin ../bin/fenceproxy
+
+faults-test: redis-server ## the suite's own tests: the checker on bad histories, and broken systems that must fail
+	cd faults && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 FUZZTIME ?= 30s
 fuzz: ## run every fuzz target for FUZZTIME each (seeds live in testdata/fuzz)

@@ -1,0 +1,235 @@
+package check
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Report holds the figures of one history.
+type Report struct {
+	// Ops counts the writes issued through the proxies (reads excluded).
+	Ops int
+	// StaleAdmissions: admitted writes whose token is below a mark that an
+	// operation completed before this write's call had established (an
+	// admitted token, a reported mark, a mark read from Redis), or equal to
+	// it under ">".
+	StaleAdmissions int
+	// UnfencedForwards: requests the upstream received that the proxy
+	// refused, that carry a token below the mark established before their
+	// call (equal under ">"), whose token or resource differ from what the
+	// client sent, or that no client sent at all.
+	UnfencedForwards int
+	// Regressions: a 409's reported mark or a mark read from Redis that is
+	// lower than a mark established by an operation completed before it was
+	// called (the final read at the end of a run included).
+	Regressions int
+	// Unavailable counts 503s.
+	Unavailable int
+	// StaleBelowAdmitted is the part of StaleAdmissions that the README's
+	// claim speaks of: the token is below (or, under ">", equal to) a token
+	// admitted (answered 2xx) before this write's call. The rest are below a
+	// mark that was only reported (409, a read), which an indeterminate
+	// write (503) can have set and a failover can roll back.
+	StaleBelowAdmitted int
+
+	Admitted, Stale, Failed, Reads int
+	// MissingForwards: admitted (2xx) writes the upstream never received.
+	MissingForwards int
+	// DuplicateForwards: request ids the upstream received more than once.
+	DuplicateForwards int
+	// LateForwards: admitted requests that reached the upstream after a
+	// higher mark had been established by a completed operation. Not a
+	// violation: the README's "requests already past it" (admitted before the
+	// newer token, slow on the way). Reported, never failed.
+	LateForwards int
+	// Linearizable is porcupine's verdict; CheckedOps how many operations it
+	// was given (indeterminate ones that cannot matter are left out).
+	Linearizable porcupine.CheckResult
+	CheckedOps   int
+	// Examples describes the first few violations of each kind.
+	Examples []string
+}
+
+// Safe reports whether none of the three safety figures is non-zero.
+func (r *Report) Safe() bool {
+	return r.StaleAdmissions == 0 && r.UnfencedForwards == 0 && r.Regressions == 0
+}
+
+const maxExamples = 4
+
+// Check computes the report of a history: ops (writes and reads) and what
+// the upstream received. timeout bounds the linearizability check.
+func Check(ops []Op, fwd []Forward, timeout time.Duration) Report {
+	var r Report
+	est := newEstablished(ops)
+	adm := newEstablishedBy(ops, func(o *Op) bool { return o.Outcome == Admitted })
+	examples := map[string]int{}
+	example := func(kind, format string, args ...any) {
+		if examples[kind] < maxExamples {
+			examples[kind]++
+			r.Examples = append(r.Examples, kind+": "+fmt.Sprintf(format, args...))
+		}
+	}
+
+	byID := make(map[string]*Op, len(ops))
+	for i := range ops {
+		op := &ops[i]
+		if op.Outcome == Read {
+			r.Reads++
+		} else {
+			r.Ops++
+			if op.ID != "" {
+				byID[op.ID] = op
+			}
+		}
+		switch op.Outcome {
+		case Admitted:
+			r.Admitted++
+			m, ok := est.before(op.Resource, op.Call)
+			if ok && (op.Token < m || (op.Greater && op.Token == m)) {
+				r.StaleAdmissions++
+				example("stale_admission", "%s token %d (%s) admitted by replica %d at [%v,%v], after mark %d was established",
+					op.Resource, op.Token, cmpName(op.Greater), op.Replica, ns(op.Call), ns(op.Return), m)
+			}
+			if m, ok := adm.before(op.Resource, op.Call); ok && (op.Token < m || (op.Greater && op.Token == m)) {
+				r.StaleBelowAdmitted++
+			}
+		case Stale, Read:
+			if op.Outcome == Stale {
+				r.Stale++
+			}
+			m, ok := est.before(op.Resource, op.Call)
+			if ok && op.Mark < m {
+				r.Regressions++
+				example("regression", "%s %s reported mark %d at [%v,%v], after mark %d was established",
+					op.Resource, op.Outcome, op.Mark, ns(op.Call), ns(op.Return), m)
+			}
+		case Unavailable:
+			r.Unavailable++
+		case Failed:
+			r.Failed++
+		}
+	}
+
+	seen := make(map[string]int, len(fwd))
+	for _, f := range fwd {
+		seen[f.ID]++
+		if seen[f.ID] == 2 {
+			r.DuplicateForwards++
+		}
+		op, ok := byID[f.ID]
+		switch {
+		case !ok:
+			r.UnfencedForwards++
+			example("unfenced_forward", "upstream received %s token %d (id %q) at %v that no client sent through a proxy",
+				f.Resource, f.Token, f.ID, ns(f.At))
+			continue
+		case f.Token != op.Token || f.Resource != op.Resource:
+			r.UnfencedForwards++
+			example("unfenced_forward", "upstream received %s token %d for id %q, sent as %s token %d",
+				f.Resource, f.Token, f.ID, op.Resource, op.Token)
+			continue
+		case op.Refused():
+			r.UnfencedForwards++
+			example("unfenced_forward", "upstream received %s token %d (id %q) at %v, which the proxy refused with %d",
+				f.Resource, f.Token, f.ID, ns(f.At), op.Status)
+			continue
+		}
+		if m, ok := est.before(op.Resource, op.Call); ok && (f.Token < m || (op.Greater && f.Token == m)) {
+			r.UnfencedForwards++
+			example("unfenced_forward", "upstream received %s token %d (id %q, %s) at %v; mark %d was established before its call at %v",
+				f.Resource, f.Token, f.ID, cmpName(op.Greater), ns(f.At), m, ns(op.Call))
+			continue
+		}
+		if m, ok := est.before(op.Resource, f.At); ok && f.Token < m {
+			r.LateForwards++
+		}
+	}
+	for i := range ops {
+		op := &ops[i]
+		if op.Outcome == Admitted && op.Status/100 == 2 && seen[op.ID] == 0 {
+			r.MissingForwards++
+			example("missing_forward", "%s token %d (id %q) answered %d but never reached the upstream",
+				op.Resource, op.Token, op.ID, op.Status)
+		}
+	}
+
+	r.Linearizable, r.CheckedOps = Linearizable(ops, timeout)
+	return r
+}
+
+func cmpName(greater bool) string {
+	if greater {
+		return ">"
+	}
+	return ">="
+}
+
+func ns(t int64) time.Duration { return time.Duration(t).Round(time.Microsecond) }
+
+// established answers, per resource, the greatest mark established by an
+// operation that returned strictly before a given time.
+type established struct {
+	byRes map[string]*marks
+}
+
+type marks struct {
+	ret []int64  // return times, ascending
+	max []uint64 // max[i]: greatest mark among the first i+1
+}
+
+func newEstablished(ops []Op) *established {
+	return newEstablishedBy(ops, func(*Op) bool { return true })
+}
+
+// newEstablishedBy counts only the operations keep accepts.
+func newEstablishedBy(ops []Op, keep func(*Op) bool) *established {
+	type ev struct {
+		ret  int64
+		mark uint64
+	}
+	evs := map[string][]ev{}
+	for i := range ops {
+		if m, ok := ops[i].Establishes(); ok && keep(&ops[i]) {
+			evs[ops[i].Resource] = append(evs[ops[i].Resource], ev{ops[i].Return, m})
+		}
+	}
+	e := &established{byRes: make(map[string]*marks, len(evs))}
+	for res, list := range evs {
+		slices.SortFunc(list, func(a, b ev) int {
+			switch {
+			case a.ret < b.ret:
+				return -1
+			case a.ret > b.ret:
+				return 1
+			}
+			return 0
+		})
+		m := &marks{ret: make([]int64, len(list)), max: make([]uint64, len(list))}
+		var hi uint64
+		for i, x := range list {
+			hi = max(hi, x.mark)
+			m.ret[i], m.max[i] = x.ret, hi
+		}
+		e.byRes[res] = m
+	}
+	return e
+}
+
+// before returns the greatest mark of resource established by an operation
+// that returned strictly before t.
+func (e *established) before(resource string, t int64) (uint64, bool) {
+	m := e.byRes[resource]
+	if m == nil {
+		return 0, false
+	}
+	n := sort.Search(len(m.ret), func(i int) bool { return m.ret[i] >= t })
+	if n == 0 {
+		return 0, false
+	}
+	return m.max[n-1], true
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The negative controls: a deliberately broken system must make the suite
+// report non-zero safety figures and exit non-zero. And the real system,
+// through the same command, passes.
+
+// fields parses the key=value line that starts with prefix.
+func fields(t *testing.T, out, prefix string) map[string]string {
+	t.Helper()
+	for line := range strings.Lines(out) {
+		if strings.HasPrefix(line, prefix) {
+			m := map[string]string{}
+			for _, kv := range strings.Fields(line) {
+				k, v, _ := strings.Cut(kv, "=")
+				m[k] = v
+			}
+			return m
+		}
+	}
+	t.Fatalf("no line starting %q in:\n%s", prefix, out)
+	return nil
+}
+
+func num(t *testing.T, f map[string]string, key string) int {
+	t.Helper()
+	n, err := strconv.Atoi(f[key])
+	if err != nil {
+		t.Fatalf("%s=%q: %v", key, f[key], err)
+	}
+	return n
+}
+
+func TestBrokenSystemsFail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and fenceproxy processes")
+	}
+	cases := []struct {
+		brk, scenario string
+		nonzero       []string
+		zero          []string
+	}{
+		// Each replica on its own memory store: cross-replica fencing gone.
+		{"memory", "load", []string{"stale_admissions", "unfenced_forwards", "regressions"}, nil},
+		// Refused requests also reach the upstream by another path.
+		{"bypass", "load", []string{"unfenced_forwards"}, []string{"stale_admissions", "regressions"}},
+		// Redis without AOF, killed: every mark is lost.
+		{"nopersist", "redis-kill", []string{"regressions", "lost_marks"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.brk, func(t *testing.T) {
+			var out, log bytes.Buffer
+			err := run([]string{"-mode", "smoke", "-break", c.brk, "-run", "^" + c.scenario + "$", "-dir", t.TempDir()}, &out, &log)
+			if err == nil {
+				t.Fatalf("the suite passed a broken system:\n%s\n%s", out.String(), log.String())
+			}
+			f := fields(t, out.String(), "scenario="+c.scenario+" ")
+			for _, k := range c.nonzero {
+				if num(t, f, k) == 0 {
+					t.Errorf("%s=0 with -break %s:\n%s", k, c.brk, out.String())
+				}
+			}
+			for _, k := range c.zero {
+				if num(t, f, k) != 0 {
+					t.Errorf("%s=%s with -break %s, want 0", k, f[k], c.brk)
+				}
+			}
+			if f["verdict"] != "FAIL" {
+				t.Errorf("verdict=%s, want FAIL", f["verdict"])
+			}
+		})
+	}
+}
+
+func TestRealSystemPasses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and fenceproxy processes")
+	}
+	var out, log bytes.Buffer
+	if err := run([]string{"-mode", "smoke", "-run", "^(redis-kill|load)$", "-dir", t.TempDir()}, &out, &log); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out.String(), log.String())
+	}
+	for _, name := range []string{"redis-kill", "load"} {
+		f := fields(t, out.String(), "scenario="+name+" ")
+		if f["verdict"] != "pass" || num(t, f, "admitted") == 0 {
+			t.Errorf("%s: %v", name, f)
+		}
+	}
+	fields(t, out.String(), "measure=load ")
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-mode", "forever"}, {"-break", "everything"}, {"-run", "("}, {"-run", "no-such-scenario", "-mode", "smoke"}} {
+		var out, log bytes.Buffer
+		if err := run(args, &out, &log); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}

@@ -1,0 +1,341 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/faults/check"
+)
+
+// params are the sizes and durations of a mode.
+type params struct {
+	workers, resources int
+	loadWorkers        int
+	warmup, cooldown   time.Duration
+	gap                time.Duration // between two injections of one scenario
+	rounds             int           // injections per scenario
+	loadFor            time.Duration // the load scenario's steady phase
+	checkTimeout       time.Duration // bound on porcupine, per scenario
+	storeTimeout       time.Duration // FENCE_STORE_TIMEOUT
+}
+
+var modes = map[string]params{
+	"short": {workers: 8, resources: 8, loadWorkers: 16, warmup: 2 * time.Second, cooldown: 3 * time.Second,
+		gap: 2 * time.Second, rounds: 1, loadFor: 15 * time.Second, checkTimeout: 30 * time.Second,
+		storeTimeout: 500 * time.Millisecond},
+	// smoke is for the suite's own tests (the negative controls): one short
+	// injection, a few seconds of load.
+	"smoke": {workers: 8, resources: 8, loadWorkers: 8, warmup: time.Second, cooldown: 2 * time.Second,
+		gap: time.Second, rounds: 1, loadFor: 3 * time.Second, checkTimeout: 20 * time.Second,
+		storeTimeout: 500 * time.Millisecond},
+	"long": {workers: 12, resources: 12, loadWorkers: 24, warmup: 3 * time.Second, cooldown: 5 * time.Second,
+		gap: 4 * time.Second, rounds: 5, loadFor: 120 * time.Second, checkTimeout: 180 * time.Second,
+		storeTimeout: 500 * time.Millisecond},
+}
+
+type topology int
+
+const (
+	single         topology = iota // one redis-server, AOF always
+	sentinelWait                   // master + 1 replica + 3 sentinels, MIN_REPLICAS=1
+	sentinelNoWait                 // the same, MIN_REPLICAS=0, replication through a lagging link
+)
+
+// scenario is one fault (or load) pattern.
+type scenario struct {
+	name     string
+	measure  bool // a configuration documented as unsafe: measured, never failed
+	topo     topology
+	viaToxic bool // the proxies reach Redis through toxiproxy
+	workers  int  // 0: params.workers
+	// inject runs while the load runs, and returns when the scenario's
+	// time is up (after its cooldown).
+	inject func(ctx context.Context, e *env) error
+	// expect returns failed expectations: the fault had no visible effect,
+	// the other replica did not keep serving...
+	expect func(e *env, ops []check.Op) []string
+	// fields returns extra key=value fields for the output line.
+	fields func(e *env, ops []check.Op, r *check.Report) []string
+	// measures returns measure= lines printed after the scenario's line.
+	measures func(e *env, ops []check.Op, r *check.Report) []string
+}
+
+// window is an interval in which a fault was active; replica is the proxy
+// replica it hit, -1 for all.
+type window struct {
+	start, end int64
+	replica    int
+}
+
+// env is a running scenario: its processes, load and record.
+type env struct {
+	h     *Harness
+	p     params
+	opts  Options
+	sc    *scenario
+	clock clock
+
+	up       *Upstream
+	toxSrv   *toxiproxy.ApiServer
+	toxics   []*Toxic
+	link     *Toxic // proxies -> Redis (viaToxic)
+	replLink *Toxic // replica -> first master (sentinel topologies)
+	master   *Redis
+	replica  *Redis
+	sents    *sentinelGroup
+	proxies  []*Replica
+	rc       redis.UniversalClient // the reader's client
+	rd       *reader
+	ld       *load
+
+	mu         sync.Mutex
+	windows    []window
+	recovered  int64 // end of the last fault; 0 if none
+	injections int
+	// checkpoints pair a moment before a fault (kill, failover) with the
+	// marks read right after recovery, to count lost marks.
+	checkpoints []checkpoint
+	notes       []string    // extra key=value fields
+	steady      [2]int64    // the load scenario's steady phase
+	mem         [2][]Memory // the replicas' memory at its start and end
+}
+
+type checkpoint struct {
+	before int64
+	reads  []check.Op
+}
+
+func (e *env) now() int64 { return e.clock.now() }
+
+func (e *env) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (e *env) fault(start int64, replica int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	end := e.now()
+	e.windows = append(e.windows, window{start: start, end: end, replica: replica})
+	e.recovered = end
+	e.injections++
+}
+
+func (e *env) note(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.notes = append(e.notes, fmt.Sprintf(format, args...))
+}
+
+func (e *env) logf(format string, args ...any) {
+	fmt.Fprintf(e.opts.Log, "faults: %s: %s\n", e.sc.name, fmt.Sprintf(format, args...))
+}
+
+// aofArgs are the persistence settings the docs call safe across a crash,
+// unless the "nopersist" control asks for none.
+func (e *env) aofArgs() []string {
+	if e.opts.Break == "nopersist" {
+		return []string{"--appendonly", "no"}
+	}
+	return []string{"--appendonly", "yes", "--appendfsync", "always"}
+}
+
+// setup starts the topology, the upstream and two fenceproxy replicas.
+func (e *env) setup() error {
+	up, err := startUpstream(e.clock)
+	if err != nil {
+		return err
+	}
+	e.up = up
+	e.toxSrv = newToxicServer()
+	p := e.p
+	proxyEnv := map[string]string{"FENCE_STORE_TIMEOUT": p.storeTimeout.String()}
+	clientOpts := func(addr string) *redis.Options {
+		return &redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
+			PoolSize: 2, DisableIdentity: true}
+	}
+	switch e.sc.topo {
+	case single:
+		if e.master, err = e.h.startRedis("redis", e.aofArgs()...); err != nil {
+			return err
+		}
+		addr := e.master.Addr()
+		if e.sc.viaToxic {
+			if e.link, err = e.newToxic("redis", addr); err != nil {
+				return err
+			}
+			addr = e.link.Addr()
+		}
+		proxyEnv["FENCE_REDIS_URL"] = "redis://" + addr + "/0"
+		e.rc = redis.NewClient(clientOpts(e.master.Addr()))
+	case sentinelWait, sentinelNoWait:
+		if e.master, err = e.h.startRedis("redis-a", e.aofArgs()...); err != nil {
+			return err
+		}
+		// The replica reaches the master through toxiproxy, so that the
+		// kill can also cut the replication stream in flight (a host crash)
+		// and, without acknowledgement, the stream can lag.
+		if e.replLink, err = e.newToxic("replication", e.master.Addr()); err != nil {
+			return err
+		}
+		via := e.replLink.Addr()
+		if e.replica, err = e.h.startReplica("redis-b", e.master, via, e.aofArgs()...); err != nil {
+			return err
+		}
+		if e.sents, err = e.h.startSentinels(3, "mymaster", e.master, time.Second, 3*time.Second); err != nil {
+			return err
+		}
+		proxyEnv["FENCE_REDIS_SENTINEL_ADDRS"] = strings.Join(e.sents.addrs(), ",")
+		proxyEnv["FENCE_REDIS_MASTER_NAME"] = "mymaster"
+		if e.sc.topo == sentinelWait {
+			proxyEnv["FENCE_REDIS_MIN_REPLICAS"] = "1"
+			proxyEnv["FENCE_REDIS_WAIT_TIMEOUT"] = "200ms"
+		}
+		e.rc = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster",
+			SentinelAddrs: e.sents.addrs(), MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
+			PoolSize: 2, DisableIdentity: true})
+	}
+	if e.opts.Break == "memory" {
+		// Each replica keeps its own marks: cross-replica fencing is gone.
+		proxyEnv = map[string]string{"FENCE_STORE": "memory", "FENCE_STORE_TIMEOUT": p.storeTimeout.String()}
+		_ = e.rc.Close()
+		e.rc = nil
+	}
+	for i := range 2 {
+		r, err := e.h.startProxy(i, e.up.URL(), proxyEnv, true)
+		if err != nil {
+			return err
+		}
+		e.proxies = append(e.proxies, r)
+	}
+	if e.rc != nil {
+		e.rd = newReader(e.rc, e.clock, "fence:", p.resources)
+	}
+	return nil
+}
+
+func (e *env) newToxic(name, upstream string) (*Toxic, error) {
+	t, err := startToxic(e.toxSrv, name, upstream)
+	if err != nil {
+		return nil, err
+	}
+	e.toxics = append(e.toxics, t)
+	return t, nil
+}
+
+func (e *env) teardown() {
+	e.h.procs.stopAll()
+	for _, t := range e.toxics {
+		t.Close()
+	}
+	if e.rc != nil {
+		_ = e.rc.Close()
+	}
+	if e.up != nil {
+		e.up.close()
+	}
+}
+
+// readNow takes one snapshot of the marks, retrying for up to timeout; it
+// returns the read operations it recorded.
+func (e *env) readNow(timeout time.Duration) ([]check.Op, error) {
+	if e.rd == nil {
+		return nil, nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		n := len(e.rd.history())
+		err := e.rd.read(time.Second)
+		if err == nil {
+			return e.rd.history()[n:], nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("reading the marks from Redis: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkpoint records marks read from what the store will hold after the
+// fault (the crashed server's files, the replica about to be promoted)
+// against the moment the fault began, for lostMarks.
+func (e *env) checkpoint(before int64, reads []check.Op) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.checkpoints = append(e.checkpoints, checkpoint{before: before, reads: reads})
+}
+
+// lostMarks counts, over every checkpoint, the resources whose mark is
+// below the greatest token admitted (answered 2xx) before the fault began,
+// and the sum of the differences: marks the store lost.
+func (e *env) lostMarks(ops []check.Op) (resources int, tokens uint64) {
+	for _, cp := range e.checkpoints {
+		hi := map[string]uint64{}
+		for i := range ops {
+			if ops[i].Outcome == check.Admitted && ops[i].Return < cp.before {
+				hi[ops[i].Resource] = max(hi[ops[i].Resource], ops[i].Token)
+			}
+		}
+		for _, r := range cp.reads {
+			if r.Mark < hi[r.Resource] {
+				resources++
+				tokens += hi[r.Resource] - r.Mark
+			}
+		}
+	}
+	return resources, tokens
+}
+
+// inWindow reports whether t falls in a fault window hitting replica (or
+// all replicas).
+func (e *env) inWindow(t int64, replica int) bool {
+	for _, w := range e.windows {
+		if t >= w.start && t <= w.end && (w.replica < 0 || w.replica == replica) {
+			return true
+		}
+	}
+	return false
+}
+
+// count returns how many ops satisfy f.
+func count(ops []check.Op, f func(*check.Op) bool) int {
+	n := 0
+	for i := range ops {
+		if f(&ops[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// latencies returns the p50 and p99 of the admitted writes' durations.
+func latencies(ops []check.Op) (time.Duration, time.Duration) {
+	var d []int64
+	for i := range ops {
+		if ops[i].Outcome == check.Admitted {
+			d = append(d, ops[i].Return-ops[i].Call)
+		}
+	}
+	if len(d) == 0 {
+		return 0, 0
+	}
+	slices.Sort(d)
+	q := func(p float64) time.Duration {
+		return time.Duration(d[int(math.Min(float64(len(d)-1), p*float64(len(d))))])
+	}
+	return q(0.50), q(0.99)
+}

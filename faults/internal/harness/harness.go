@@ -1,0 +1,215 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/faults/check"
+)
+
+// Options configures Run.
+type Options struct {
+	// Mode is "short" (CI: about three minutes for all scenarios), "long"
+	// (longer load, more injections) or "smoke" (seconds per scenario: the
+	// suite's own tests).
+	Mode string
+	// Bin is the fenceproxy binary. If empty, Run builds it from the
+	// repository that contains this module (as `make build` does).
+	Bin string
+	// Run selects scenarios by name; nil runs all.
+	Run *regexp.Regexp
+	// Break starts a deliberately broken system, to show that the checks
+	// can fail: "memory" (each replica its own FENCE_STORE=memory), "bypass"
+	// (some refused requests also go straight to the upstream),
+	// "nopersist" (Redis without AOF). Empty for a real run.
+	Break string
+	// Dir is where the work directories go; os.TempDir() if empty.
+	Dir string
+	// Keep keeps the work directory (logs, AOF files) even when every
+	// scenario passed; a failed run always keeps it.
+	Keep bool
+	// Out receives the scenario= and measure= lines; Log the progress
+	// and diagnostics.
+	Out, Log io.Writer
+}
+
+// Breaks lists the valid Options.Break values.
+var Breaks = []string{"memory", "bypass", "nopersist"}
+
+// Result is one scenario's outcome.
+type Result struct {
+	Name    string
+	Measure bool // a measurement of a configuration documented as unsafe
+	Report  check.Report
+	// Problems are failed expectations (the fault had no effect, the
+	// proxies did not recover) and setup errors; a scenario with problems
+	// fails even when its figures are clean.
+	Problems []string
+	Line     string
+	// Measures are measure= lines that follow Line (the load figures).
+	Measures []string
+	Duration time.Duration
+}
+
+// Failed reports whether the result fails the run: a safety figure is
+// non-zero, the history is not linearizable, an admitted request never
+// reached the upstream, or the scenario could not run as designed. A
+// measurement fails only when it could not run.
+func (r *Result) Failed() bool {
+	if len(r.Problems) > 0 {
+		return true
+	}
+	if r.Measure {
+		return false
+	}
+	return !r.Report.Safe() || r.Report.Linearizable == "Illegal" || r.Report.MissingForwards > 0
+}
+
+// Harness owns one scenario's processes and directory.
+type Harness struct {
+	bin   string
+	dir   string
+	procs procs
+}
+
+// Run runs the selected scenarios in order, printing one line each to
+// opts.Out, and returns their results. It returns an error when the run
+// itself could not start (no binary, bad options); a scenario that could
+// not run is a failed Result.
+func Run(ctx context.Context, opts Options) ([]Result, error) {
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	if opts.Log == nil {
+		opts.Log = os.Stderr
+	}
+	p, ok := modes[opts.Mode]
+	if !ok {
+		return nil, fmt.Errorf("mode %q: want short, long or smoke", opts.Mode)
+	}
+	if opts.Break != "" && !contains(Breaks, opts.Break) {
+		return nil, fmt.Errorf("break %q: want one of %s", opts.Break, strings.Join(Breaks, ", "))
+	}
+	var selected []*scenario
+	for _, sc := range scenarios(p) {
+		if opts.Run == nil || opts.Run.MatchString(sc.name) {
+			selected = append(selected, sc)
+		}
+	}
+	if len(selected) == 0 {
+		return nil, errors.New("no scenario matches -run")
+	}
+	if opts.Dir != "" {
+		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	root, err := os.MkdirTemp(opts.Dir, "fenceproxy-faults-")
+	if err != nil {
+		return nil, err
+	}
+	bin := opts.Bin
+	if bin == "" {
+		t0 := time.Now()
+		if bin, err = build(ctx, root); err != nil {
+			_ = os.RemoveAll(root)
+			return nil, err
+		}
+		fmt.Fprintf(opts.Log, "faults: built %s in %v\n", bin, time.Since(t0).Round(time.Millisecond))
+	} else if bin, err = filepath.Abs(bin); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(bin); err != nil {
+		_ = os.RemoveAll(root)
+		return nil, fmt.Errorf("fenceproxy binary: %w (run make build, or leave -bin empty to build it)", err)
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		_ = os.RemoveAll(root)
+		return nil, errors.New("redis-server not found on PATH: apt-get install -y redis-server")
+	}
+
+	var results []Result
+	failed := false
+	for _, sc := range selected {
+		if ctx.Err() != nil {
+			break
+		}
+		h := &Harness{bin: bin, dir: filepath.Join(root, sc.name)}
+		fmt.Fprintf(opts.Log, "faults: %s ...\n", sc.name)
+		res := runScenario(ctx, h, sc, p, opts)
+		results = append(results, res)
+		fmt.Fprintln(opts.Out, res.Line)
+		for _, m := range res.Measures {
+			fmt.Fprintln(opts.Out, m)
+		}
+		for _, pr := range res.Problems {
+			fmt.Fprintf(opts.Log, "faults: %s: PROBLEM: %s\n", sc.name, pr)
+		}
+		for _, ex := range res.Report.Examples {
+			fmt.Fprintf(opts.Log, "faults: %s: %s\n", sc.name, ex)
+		}
+		if res.Failed() {
+			failed = true
+		}
+	}
+	if failed || opts.Keep || ctx.Err() != nil {
+		fmt.Fprintf(opts.Log, "faults: logs and data kept in %s\n", root)
+	} else {
+		_ = os.RemoveAll(root)
+	}
+	return results, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// build compiles ./cmd/fenceproxy of the enclosing repository into dir, as
+// `make build` does (static, trimmed paths).
+func build(ctx context.Context, dir string) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "fenceproxy")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/fenceproxy")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/fenceproxy in %s: %w\n%s", root, err, b)
+	}
+	return out, nil
+}
+
+// repoRoot finds the directory of module github.com/fenceproxy/fenceproxy
+// above the working directory (the faults module lives inside it).
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/fenceproxy/fenceproxy\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cannot find the fenceproxy repository above the working directory; pass -bin")
+		}
+		dir = parent
+	}
+}

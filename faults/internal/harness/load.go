@@ -1,0 +1,346 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/client"
+	"github.com/fenceproxy/fenceproxy/faults/check"
+)
+
+// tokenSource is one resource's lease service: it hands out the newest
+// token, now and then a new one (a new lease grant), and sometimes an older
+// one (a holder that paused past its lease and resumes). Half the stale
+// holders are a few grants behind; the other half hold the token that was
+// newest some time ago (up to staleAge), so that a store which loses the
+// last seconds of marks (a failover without acknowledgement) meets tokens
+// from inside the lost window, whatever the request rate.
+type tokenSource struct {
+	mu     sync.Mutex
+	newest uint64
+	grants []grant // recent grants, oldest first
+}
+
+type grant struct {
+	at  int64
+	tok uint64
+}
+
+const (
+	pNewLease = 0.15 // a new, higher token
+	pStale    = 0.25 // an older one
+	// staleDepth is how many grants behind a recent stale holder is.
+	staleDepth = 8
+	// staleAge bounds how long ago an old stale holder's lease was granted.
+	staleAge = 4 * time.Second
+)
+
+func (s *tokenSource) pick(r *rand.Rand, now int64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := r.Float64()
+	switch {
+	case p < pNewLease:
+		s.newest++
+		s.grants = append(s.grants, grant{at: now, tok: s.newest})
+		// Forget grants older than staleAge (amortised: trim when half
+		// the slice is old).
+		if old := now - int64(staleAge); len(s.grants) > 64 && s.grants[len(s.grants)/2].at < old {
+			i := 0
+			for i < len(s.grants) && s.grants[i].at < old {
+				i++
+			}
+			s.grants = append(s.grants[:0], s.grants[i:]...)
+		}
+		return s.newest
+	case p < pNewLease+pStale/2:
+		k := 1 + r.Uint64N(staleDepth)
+		if k >= s.newest {
+			return 1
+		}
+		return s.newest - k
+	case p < pNewLease+pStale:
+		// The token that was newest age ago, or one below the newest if
+		// there was no grant since.
+		at := now - r.Int64N(int64(staleAge))
+		tok := s.newest - 1
+		for i := len(s.grants) - 1; i >= 0; i-- {
+			if s.grants[i].at <= at {
+				tok = min(tok, s.grants[i].tok)
+				break
+			}
+		}
+		return max(tok, 1)
+	}
+	return s.newest
+}
+
+// loadConfig shapes the client load of a scenario.
+type loadConfig struct {
+	Workers   int
+	Resources int
+	PGreater  float64 // share of requests on the ">" route
+	// Bypass, a broken-path control: this share of the requests the proxy
+	// refused as stale are sent again straight to the upstream, as a path
+	// that skips the sidecar would. Zero in every real run.
+	Bypass float64
+}
+
+// load runs workers that send fenced writes through the replicas and record
+// each operation.
+type load struct {
+	cfg      loadConfig
+	clock    clock
+	replicas []*Replica
+	upstream string
+	prefix   string // request id prefix
+	sources  []*tokenSource
+
+	mu  sync.Mutex
+	ops []check.Op
+}
+
+func newLoad(cfg loadConfig, c clock, replicas []*Replica, upstream, prefix string) *load {
+	l := &load{cfg: cfg, clock: c, replicas: replicas, upstream: upstream, prefix: prefix}
+	for range cfg.Resources {
+		l.sources = append(l.sources, &tokenSource{newest: 1000})
+	}
+	return l
+}
+
+func resourceName(i int) string { return fmt.Sprintf("r%d", i) }
+
+// run sends requests until ctx is done, then waits for those in flight (each
+// bounded by the client timeout) so that every operation has an outcome.
+func (l *load) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for w := range l.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.worker(ctx, w)
+		}()
+	}
+	wg.Wait()
+}
+
+// errorBackoff is a worker's pause after a 503 or a failed request.
+const errorBackoff = 20 * time.Millisecond
+
+// clientTimeout bounds one request: longer than any pause a scenario
+// injects, so that a paused replica's requests complete after SIGCONT.
+const clientTimeout = 15 * time.Second
+
+func (l *load) worker(ctx context.Context, w int) {
+	r := rand.New(rand.NewPCG(uint64(w)+1, uint64(time.Now().UnixNano())))
+	clients := make([]*http.Client, len(l.replicas))
+	for i := range clients {
+		clients[i] = &http.Client{
+			Transport: &client.Transport{Base: &http.Transport{MaxIdleConnsPerHost: 2, DisableCompression: true}},
+			Timeout:   clientTimeout,
+		}
+		defer clients[i].CloseIdleConnections()
+	}
+	direct := &http.Client{Timeout: clientTimeout}
+	defer direct.CloseIdleConnections()
+	var ops []check.Op
+	defer func() {
+		l.mu.Lock()
+		l.ops = append(l.ops, ops...)
+		l.mu.Unlock()
+	}()
+	for seq := 0; ctx.Err() == nil; seq++ {
+		res := r.IntN(len(l.sources))
+		op := check.Op{
+			ID:       fmt.Sprintf("%s-%d-%d", l.prefix, w, seq),
+			Client:   w,
+			Replica:  r.IntN(len(l.replicas)),
+			Resource: resourceName(res),
+			Token:    l.sources[res].pick(r, l.clock.now()),
+			Greater:  r.Float64() < l.cfg.PGreater,
+		}
+		l.do(clients[op.Replica], &op)
+		ops = append(ops, op)
+		if op.Outcome == check.Stale && l.cfg.Bypass > 0 && r.Float64() < l.cfg.Bypass {
+			l.bypass(direct, &op)
+		}
+		if op.Outcome == check.Unavailable || op.Outcome == check.Failed {
+			// A client backs off after a refusal it cannot act on; without
+			// it a dead store turns the load into a flood of instant 503s.
+			time.Sleep(errorBackoff)
+		}
+	}
+}
+
+func routePath(op *check.Op) string {
+	if op.Greater {
+		return "/gt/" + op.Resource
+	}
+	return "/ge/" + op.Resource
+}
+
+// do sends op through hc (which carries op's token in the Fencing-Token
+// header via client.Transport) and records its outcome. The request has its
+// own context: the end of the load does not cut requests short.
+func (l *load) do(hc *http.Client, op *check.Op) {
+	ctx := client.WithToken(context.Background(), op.Token)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.replicas[op.Replica].URL()+routePath(op), strings.NewReader("w"))
+	req.Header.Set(RequestIDHeader, op.ID)
+	op.Call = l.clock.now()
+	resp, err := hc.Do(req)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	op.Return = l.clock.now()
+	var pe *client.ProblemError
+	switch {
+	case err == nil:
+		op.Status = resp.StatusCode
+		switch {
+		case resp.StatusCode/100 == 2, resp.StatusCode == 502, resp.StatusCode == 504:
+			// 502/504: admitted, then the upstream did not answer.
+			op.Outcome, op.Mark = check.Admitted, op.Token
+		default:
+			op.Outcome = check.Failed
+		}
+	case errors.As(err, &pe):
+		op.Status = pe.Status
+		switch {
+		case pe.Status == 409 && pe.HasMark:
+			op.Outcome, op.Mark = check.Stale, pe.HighWaterMark
+		case pe.Status == 503:
+			op.Outcome = check.Unavailable
+		default:
+			op.Outcome = check.Failed
+		}
+	default:
+		op.Outcome = check.Failed // connection error or client timeout: unknown
+	}
+}
+
+// bypass sends a refused request straight to the upstream (the negative
+// control "bypass").
+func (l *load) bypass(hc *http.Client, op *check.Op) {
+	req, _ := http.NewRequest(http.MethodPost, l.upstream+routePath(op), strings.NewReader("w"))
+	req.Header.Set(RequestIDHeader, op.ID)
+	req.Header.Set(client.DefaultHeader, fmt.Sprint(op.Token))
+	if resp, err := hc.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+}
+
+func (l *load) history() []check.Op {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]check.Op(nil), l.ops...)
+}
+
+// reader reads every resource's mark straight from Redis (MGET, one atomic
+// snapshot), as operations of the history: a mark that goes backwards in the
+// store shows here even when no request happens to expose it.
+type reader struct {
+	c      redis.UniversalClient
+	clock  clock
+	keys   []string
+	res    []string
+	prefix string
+
+	mu  sync.Mutex
+	ops []check.Op
+}
+
+func newReader(c redis.UniversalClient, cl clock, prefix string, resources int) *reader {
+	rd := &reader{c: c, clock: cl, prefix: prefix}
+	for i := range resources {
+		rd.res = append(rd.res, resourceName(i))
+		rd.keys = append(rd.keys, prefix+"res/"+resourceName(i))
+	}
+	return rd
+}
+
+// read takes one snapshot; a failed read records nothing.
+func (rd *reader) read(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	call := rd.clock.now()
+	vals, err := rd.c.MGet(ctx, rd.keys...).Result()
+	ret := rd.clock.now()
+	if err != nil {
+		return err
+	}
+	ops := make([]check.Op, 0, len(vals))
+	for i, v := range vals {
+		var mark uint64
+		if s, ok := v.(string); ok {
+			if _, err := fmt.Sscan(s, &mark); err != nil {
+				return fmt.Errorf("mark %s = %q", rd.keys[i], s)
+			}
+		}
+		ops = append(ops, check.Op{Client: -1, Replica: -1, Resource: rd.res[i], Outcome: check.Read,
+			Mark: mark, Call: call, Return: ret})
+	}
+	rd.mu.Lock()
+	rd.ops = append(rd.ops, ops...)
+	rd.mu.Unlock()
+	return nil
+}
+
+// snapshot reads the marks from the server at addr on a connection of its
+// own (a replica, or a copy of a crashed server's files), without recording
+// them in the history.
+func (rd *reader) snapshot(addr string) ([]check.Op, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1,
+		ContextTimeoutEnabled: true, PoolSize: 1, DisableIdentity: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	call := rd.clock.now()
+	vals, err := c.MGet(ctx, rd.keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("MGET on %s: %w", addr, err)
+	}
+	ret := rd.clock.now()
+	ops := make([]check.Op, 0, len(vals))
+	for i, v := range vals {
+		var mark uint64
+		if s, ok := v.(string); ok {
+			if _, err := fmt.Sscan(s, &mark); err != nil {
+				return nil, fmt.Errorf("mark %s = %q", rd.keys[i], s)
+			}
+		}
+		ops = append(ops, check.Op{Client: -1, Replica: -1, Resource: rd.res[i], Outcome: check.Read,
+			Mark: mark, Call: call, Return: ret})
+	}
+	return ops, nil
+}
+
+// run reads every interval until ctx is done.
+func (rd *reader) run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = rd.read(300 * time.Millisecond)
+		}
+	}
+}
+
+func (rd *reader) history() []check.Op {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	return append([]check.Op(nil), rd.ops...)
+}

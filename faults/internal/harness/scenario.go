@@ -1,0 +1,232 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/faults/check"
+)
+
+// scenarios returns every scenario, in the order they run.
+func scenarios(p params) []*scenario {
+	return []*scenario{
+		{name: "redis-kill", topo: single, inject: redisKill, expect: expectUnavailable(-1), fields: lostFields},
+		{name: "redis-pause", topo: single, inject: redisPause, expect: expectUnavailable(-1)},
+		{name: "proxy-kill", topo: single, inject: proxyKill, expect: expectOtherServes(true)},
+		{name: "proxy-pause", topo: single, inject: proxyPause, expect: expectOtherServes(false), fields: pausedFields},
+		{name: "network-latency", topo: single, viaToxic: true, inject: networkLatency, expect: expectUnavailable(-1)},
+		{name: "network-reset", topo: single, viaToxic: true, inject: networkReset, expect: expectUnavailable(-1)},
+		{name: "network-cut", topo: single, viaToxic: true, inject: networkCut, expect: expectUnavailable(-1)},
+		{name: "sentinel-failover", topo: sentinelWait, inject: failover, expect: expectUnavailable(-1), fields: lostFields},
+		{name: "sentinel-failover-nowait", measure: true, topo: sentinelNoWait, inject: failover, fields: lostFields},
+		{name: "load", topo: single, workers: p.loadWorkers, inject: steadyLoad, measures: loadMeasures},
+	}
+}
+
+// runScenario sets up, runs the load and the injections, checks the history
+// and tears everything down.
+func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts Options) Result {
+	t0 := time.Now()
+	res := Result{Name: sc.name, Measure: sc.measure}
+	e := &env{h: h, p: p, opts: opts, sc: sc, clock: clock{start: time.Now()}}
+	defer e.teardown()
+	finish := func(ops []check.Op) Result {
+		res.Duration = time.Since(t0).Round(100 * time.Millisecond)
+		res.Line = e.line(&res, ops)
+		if sc.measures != nil && ops != nil {
+			res.Measures = sc.measures(e, ops, &res.Report)
+		}
+		return res
+	}
+	if err := e.setup(); err != nil {
+		res.Problems = append(res.Problems, "setup: "+err.Error())
+		return finish(nil)
+	}
+
+	workers := sc.workers
+	if workers == 0 {
+		workers = p.workers
+	}
+	cfg := loadConfig{Workers: workers, Resources: p.resources, PGreater: 0.2}
+	if opts.Break == "bypass" {
+		cfg.Bypass = 0.05
+	}
+	e.ld = newLoad(cfg, e.clock, e.proxies, e.up.URL(), sc.name)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.ld.run(loadCtx)
+	}()
+	if e.rd != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.rd.run(loadCtx, 100*time.Millisecond)
+		}()
+	}
+	injErr := sc.inject(ctx, e)
+	stopLoad()
+	wg.Wait()
+	if injErr != nil {
+		res.Problems = append(res.Problems, "injection: "+injErr.Error())
+	}
+	// The final read: every mark the run established must still be there.
+	if _, err := e.readNow(10 * time.Second); err != nil {
+		res.Problems = append(res.Problems, "final read: "+err.Error())
+	}
+
+	ops := e.ld.history()
+	if e.rd != nil {
+		ops = append(ops, e.rd.history()...)
+	}
+	timeout := p.checkTimeout
+	if sc.measure {
+		// A history known to be unsafe: proving it non-linearizable can
+		// take porcupine long, and its figures are the measurement.
+		timeout = min(timeout, 5*time.Second)
+	}
+	res.Report = check.Check(ops, e.up.Forwards(), timeout)
+	// A mark the store lost is a regression too: read from what it held
+	// after the fault, lower than a token admitted before.
+	if n, tok := e.lostMarks(ops); n > 0 {
+		res.Report.Regressions += n
+		res.Report.Examples = append(res.Report.Examples,
+			fmt.Sprintf("regression: %d marks lost across the fault (%d tokens in all)", n, tok))
+	}
+	if injErr == nil {
+		if sc.expect != nil {
+			res.Problems = append(res.Problems, sc.expect(e, ops)...)
+		}
+		res.Problems = append(res.Problems, e.expectRecovered(ops)...)
+	}
+	return finish(ops)
+}
+
+// expectRecovered fails a scenario in which nothing was admitted after the
+// last fault ended: safety figures of a system that refuses everything
+// prove nothing.
+func (e *env) expectRecovered(ops []check.Op) []string {
+	n := count(ops, func(o *check.Op) bool { return o.Outcome == check.Admitted && o.Call > e.recovered })
+	if n == 0 {
+		return []string{"nothing was admitted after the last fault ended"}
+	}
+	return nil
+}
+
+// expectUnavailable: the fault must have shown, as 503s or failed requests
+// inside its windows, or the scenario tested nothing.
+func expectUnavailable(replica int) func(e *env, ops []check.Op) []string {
+	return func(e *env, ops []check.Op) []string {
+		n := count(ops, func(o *check.Op) bool {
+			return (o.Outcome == check.Unavailable || o.Outcome == check.Failed) &&
+				(e.inWindow(o.Call, replica) || e.inWindow(o.Return, replica))
+		})
+		if n == 0 {
+			return []string{"the fault had no visible effect (no 503 or failed request while it lasted)"}
+		}
+		return nil
+	}
+}
+
+// expectOtherServes: while replica 1 was down or frozen, replica 0 kept
+// admitting; and the fault hit replica 1 (failed requests if killed,
+// requests that completed only after SIGCONT if paused).
+func expectOtherServes(killed bool) func(e *env, ops []check.Op) []string {
+	return func(e *env, ops []check.Op) []string {
+		var out []string
+		served := count(ops, func(o *check.Op) bool {
+			return o.Replica == 0 && o.Outcome == check.Admitted && e.inWindow(o.Call, 1) && e.inWindow(o.Return, 1)
+		})
+		if served == 0 {
+			out = append(out, "replica 0 admitted nothing while replica 1 was down")
+		}
+		hit := count(ops, func(o *check.Op) bool {
+			if o.Replica != 1 {
+				return false
+			}
+			if killed {
+				return o.Outcome == check.Failed && (e.inWindow(o.Call, 1) || e.inWindow(o.Return, 1))
+			}
+			return e.inWindow(o.Call, 1) && o.Return > e.windowEnd(o.Call)
+		})
+		if hit == 0 {
+			out = append(out, "the fault did not hit replica 1's requests")
+		}
+		return out
+	}
+}
+
+// windowEnd returns the end of the window containing t.
+func (e *env) windowEnd(t int64) int64 {
+	for _, w := range e.windows {
+		if t >= w.start && t <= w.end {
+			return w.end
+		}
+	}
+	return 0
+}
+
+func lostFields(e *env, ops []check.Op, _ *check.Report) []string {
+	n, tok := e.lostMarks(ops)
+	return []string{fmt.Sprintf("lost_marks=%d lost_tokens=%d", n, tok)}
+}
+
+// pausedFields: what happened to the requests that replica 1 held while
+// frozen.
+func pausedFields(e *env, ops []check.Op, _ *check.Report) []string {
+	var held, admitted, stale, unavailable int
+	for i := range ops {
+		o := &ops[i]
+		if o.Replica == 1 && e.inWindow(o.Call, 1) && o.Return > e.windowEnd(o.Call) {
+			held++
+			switch o.Outcome {
+			case check.Admitted:
+				admitted++
+			case check.Stale:
+				stale++
+			case check.Unavailable:
+				unavailable++
+			}
+		}
+	}
+	return []string{fmt.Sprintf("paused_held=%d paused_admitted=%d paused_stale=%d paused_unavailable=%d",
+		held, admitted, stale, unavailable)}
+}
+
+// line formats the scenario's one output line: the six fixed fields first.
+func (e *env) line(res *Result, ops []check.Op) string {
+	r := &res.Report
+	kind := "scenario"
+	if res.Measure {
+		kind = "measure"
+	}
+	f := []string{
+		fmt.Sprintf("%s=%s ops=%d stale_admissions=%d unfenced_forwards=%d regressions=%d unavailable=%d",
+			kind, res.Name, r.Ops, r.StaleAdmissions, r.UnfencedForwards, r.Regressions, r.Unavailable),
+		fmt.Sprintf("stale_below_admitted=%d admitted=%d stale=%d failed=%d reads=%d missing_forwards=%d late_forwards=%d duplicate_forwards=%d",
+			r.StaleBelowAdmitted, r.Admitted, r.Stale, r.Failed, r.Reads, r.MissingForwards, r.LateForwards, r.DuplicateForwards),
+		fmt.Sprintf("linearizable=%s checked_ops=%d injections=%d", strings.ToLower(string(r.Linearizable)), r.CheckedOps, e.injections),
+	}
+	if e.sc.fields != nil && ops != nil {
+		f = append(f, e.sc.fields(e, ops, r)...)
+	}
+	f = append(f, e.notes...)
+	if e.opts.Break != "" {
+		f = append(f, "break="+e.opts.Break)
+	}
+	verdict := "pass"
+	if res.Failed() {
+		verdict = "FAIL"
+		if len(res.Problems) > 0 {
+			verdict = "ERROR"
+		}
+	}
+	f = append(f, "duration="+res.Duration.String(), "verdict="+verdict)
+	return strings.Join(f, " ")
+}
