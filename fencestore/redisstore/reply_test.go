@@ -47,7 +47,7 @@ func TestParseReply(t *testing.T) {
 func TestWaitTimeoutNeverZero(t *testing.T) {
 	// "WAIT n 0" blocks for ever, so no timeout may round down to 0ms.
 	for in, want := range map[int64]int64{0: 100, 1: 1, 999_999: 1, 1_000_000: 1, 1_000_001: 2, 250_000_000: 250} {
-		s := New(nil, Options{WaitTimeout: time.Duration(in)})
+		s := New(nil, Options{WaitTimeout: time.Duration(in), MaxBatch: -1}) // no client: no batcher to start
 		if got := s.waitTimeout.Milliseconds(); got != want {
 			t.Errorf("WaitTimeout %dns -> WAIT %dms, want %dms", in, got, want)
 		}
