@@ -1,4 +1,9 @@
--- KEYS[1] mark key; ARGV[1] token (canonical decimal uint64), ARGV[2] "ge" (>=) or "gt" (>), ARGV[3] "w" to write an unchanged mark too (for WAIT); returns {1|0 admitted, mark as decimal string}
+-- KEYS[1..N] mark keys; ARGV[1], ARGV[2] token (canonical decimal uint64) and mode ("ge" >=, "gt" >) of KEYS[1], the same pair for each further key, then optionally "w" to write an unchanged mark too (for WAIT); returns {flag, mark} per key, flattened: 1 admitted or 0 stale with the mark as a decimal string, or -1 with an error text (corrupt mark)
+--
+-- One call admits one key (the common case) or a batch of them (group commit:
+-- one script run for many admissions). Keys are processed in order, each
+-- seeing the marks the ones before it wrote, so a batch is the same as its
+-- admissions run one after another. A corrupt mark fails that key only.
 --
 -- Numbers are compared as canonical decimal strings, by length then byte by
 -- byte: Lua numbers are doubles, exact only up to 2^53, and Lua's < on strings
@@ -36,29 +41,49 @@ local function canonical(s)
   return n < 20 or cmp(s, MAX) <= 0
 end
 
-local key, token, mode, w = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-if type(token) ~= 'string' or not canonical(token) then
-  return redis.error_reply('ERR fenceproxy: token is not a canonical decimal uint64')
+local n = #KEYS
+if n < 1 or (#ARGV ~= 2 * n and #ARGV ~= 2 * n + 1) then
+  return redis.error_reply('ERR fenceproxy: want a token and a mode per key')
 end
-if mode ~= 'ge' and mode ~= 'gt' then
-  return redis.error_reply('ERR fenceproxy: mode must be ge or gt')
+local w = ARGV[2 * n + 1]
+if w ~= nil and w ~= 'w' then
+  return redis.error_reply('ERR fenceproxy: the optional last argument must be w')
+end
+-- Every argument is checked before anything is written: a bad call writes
+-- nothing.
+for i = 1, n do
+  local token, mode = ARGV[2 * i - 1], ARGV[2 * i]
+  if type(token) ~= 'string' or not canonical(token) then
+    return redis.error_reply('ERR fenceproxy: token is not a canonical decimal uint64')
+  end
+  if mode ~= 'ge' and mode ~= 'gt' then
+    return redis.error_reply('ERR fenceproxy: mode must be ge or gt')
+  end
 end
 
-local mark = redis.call('GET', key)
-if mark == false then
-  redis.call('SET', key, token)
-  return {1, token}
-end
-if not canonical(mark) then
-  return redis.error_reply('ERR fenceproxy: corrupt mark at ' .. key)
-end
-local c = cmp(token, mark)
-if c > 0 or (c == 0 and mode == 'ge') then
-  -- An equal token changes nothing, but with WAIT the write is what makes
-  -- the replicas' acknowledgement cover the mark this admission relied on.
-  if c > 0 or w == 'w' then
+local out = {}
+for i = 1, n do
+  local key, token, mode = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]
+  local flag, result
+  local mark = redis.call('GET', key)
+  if mark == false then
     redis.call('SET', key, token)
+    flag, result = 1, token
+  elseif not canonical(mark) then
+    flag, result = -1, 'corrupt mark at ' .. key
+  else
+    local c = cmp(token, mark)
+    if c > 0 or (c == 0 and mode == 'ge') then
+      -- An equal token changes nothing, but with WAIT the write is what makes
+      -- the replicas' acknowledgement cover the mark this admission relied on.
+      if c > 0 or w == 'w' then
+        redis.call('SET', key, token)
+      end
+      flag, result = 1, token
+    else
+      flag, result = 0, mark
+    end
   end
-  return {1, token}
+  out[2 * i - 1], out[2 * i] = flag, result
 end
-return {0, mark}
+return out

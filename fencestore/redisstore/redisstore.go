@@ -256,6 +256,10 @@ func parseReply(reply any, token uint64, cmp fencestore.Compare) (fencestore.Dec
 		return fencestore.Decision{}, fmt.Errorf("unexpected reply %#v", reply)
 	}
 	flag, ok := r[0].(int64)
+	if ok && flag == -1 {
+		msg, _ := r[1].(string)
+		return fencestore.Decision{}, errors.New(msg)
+	}
 	if !ok || (flag != 0 && flag != 1) {
 		return fencestore.Decision{}, fmt.Errorf("unexpected admitted flag %#v", r[0])
 	}

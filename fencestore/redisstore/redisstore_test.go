@@ -241,7 +241,7 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first, _, _ := strings.Cut(string(src), "\n"); !strings.HasPrefix(first, "-- KEYS[1]") || !strings.Contains(first, "ARGV[1]") || !strings.Contains(first, "returns") {
+	if first, _, _ := strings.Cut(string(src), "\n"); !strings.HasPrefix(first, "-- KEYS[") || !strings.Contains(first, "ARGV[1]") || !strings.Contains(first, "returns") {
 		t.Errorf("admit.lua must open with its KEYS/ARGV/return header; first line: %q", first)
 	}
 	srv := redistest.Start(t)
@@ -255,8 +255,44 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 			t.Errorf("EVAL admit.lua %q: no error", args)
 		}
 	}
-	if n, err := c.Exists(ctx, "args").Result(); err != nil || n != 0 {
-		t.Errorf("a rejected call wrote the key (EXISTS = %d, %v)", n, err)
+	// A batch with one bad argument writes none of its keys.
+	for _, args := range [][]any{
+		{"5", "ge", "6"}, {"5", "ge", "6", "gt", "7"}, {"5", "ge", "007", "gt"}, {"5", "ge", "6", "xx"},
+	} {
+		if err := c.Eval(ctx, string(src), []string{"args", "args2"}, args...).Err(); err == nil {
+			t.Errorf("EVAL admit.lua (2 keys) %q: no error", args)
+		}
+	}
+	if n, err := c.Exists(ctx, "args", "args2").Result(); err != nil || n != 0 {
+		t.Errorf("a rejected call wrote a key (EXISTS = %d, %v)", n, err)
+	}
+}
+
+// One script run admits a batch: keys in order, each seeing the writes of
+// those before it (the same key twice included), a corrupt mark failing only
+// its own key.
+func TestScriptBatch(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	if err := c.Set(ctx, "bad", "007", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("admit.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Eval(ctx, string(src), []string{"a", "a", "bad", "b", "a"},
+		"5", "ge", "5", "gt", "9", "ge", "18446744073709551615", "gt", "4", "ge").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{int64(1), "5", int64(0), "5", int64(-1), "corrupt mark at bad", int64(1), "18446744073709551615", int64(0), "5"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("batch reply %v, want %v", got, want)
+	}
+	if v, _ := c.Get(ctx, "bad").Result(); v != "007" {
+		t.Fatalf("corrupt mark rewritten to %q", v)
 	}
 }
 
