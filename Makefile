@@ -4,7 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test test-short test-deploy faults faults-long faults-test fuzz bench redis-server vet
+.PHONY: build run test test-short test-deploy faults faults-long faults-test fuzz bench bench-quick redis-server vet
 
 build: ## static binary, built exactly as the container image builds it
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/fenceproxy ./cmd/fenceproxy
@@ -45,8 +45,12 @@ fuzz: ## run every fuzz target for FUZZTIME each (seeds live in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRoutes$$' -fuzztime $(FUZZTIME) ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTemplate$$' -fuzztime $(FUZZTIME) ./config
 
-bench: redis-server ## Go benchmarks: hot path parsers, route match, one admission per store
+bench: redis-server ## Go benchmarks, then the load comparison, open-loop latency and sweep (~9 min; regenerates docs/performance.*)
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy ./fencestore/...
+	bench/run-all.sh
+
+bench-quick: redis-server ## a smoke run of the load harness (~2 min; writes only under bench/results/)
+	QUICK=1 bench/run-all.sh
 
 # The Redis-backed tests need redis-server on PATH. On a fresh Debian machine
 # as root this installs it; elsewhere it says what to install.
