@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// row is one closed-loop wrk run, as bench/lib.sh's measure writes it.
+type row struct {
+	setting, target string
+	round, conns    int
+	rps             float64
+	requests        int64
+	p50, p90, p99   float64 // microseconds
+	max             float64
+	non2xx, sockerr int64
+	statuses        string
+	cpuProxy        float64 // cores
+	cpuOrigin       float64
+	cpuRedis        float64
+	cpuWrk          float64
+	cpuIdle         float64
+	cpuSteal        float64
+	wall            float64
+	decisions       string
+}
+
+// readRows reads a results TSV (header line first, columns by name).
+func readRows(path string) ([]row, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	var col map[string]int
+	var rows []row
+	line := 0
+	for sc.Scan() {
+		line++
+		fields := strings.Split(sc.Text(), "\t")
+		if col == nil {
+			col = make(map[string]int, len(fields))
+			for i, name := range fields {
+				col[name] = i
+			}
+			for _, need := range []string{"setting", "round", "target", "conns", "rps", "p99_us", "non2xx", "cpu_proxy"} {
+				if _, ok := col[need]; !ok {
+					return nil, fmt.Errorf("%s: no column %q in the header", path, need)
+				}
+			}
+			continue
+		}
+		var bad error
+		str := func(name string) string {
+			i, ok := col[name]
+			if !ok || i >= len(fields) {
+				return ""
+			}
+			return fields[i]
+		}
+		num := func(name string) float64 {
+			s := str(name)
+			if s == "" || s == "-" {
+				return 0
+			}
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil && bad == nil {
+				bad = fmt.Errorf("%s:%d: column %s: %v", path, line, name, err)
+			}
+			return v
+		}
+		r := row{
+			setting:   str("setting"),
+			target:    str("target"),
+			round:     int(num("round")),
+			conns:     int(num("conns")),
+			rps:       num("rps"),
+			requests:  int64(num("requests")),
+			p50:       num("p50_us"),
+			p90:       num("p90_us"),
+			p99:       num("p99_us"),
+			max:       num("max_us"),
+			non2xx:    int64(num("non2xx")),
+			sockerr:   int64(num("sockerr")),
+			statuses:  str("statuses"),
+			cpuProxy:  num("cpu_proxy"),
+			cpuOrigin: num("cpu_origin"),
+			cpuRedis:  num("cpu_redis"),
+			cpuWrk:    num("cpu_wrk"),
+			cpuIdle:   num("cpu_idle"),
+			cpuSteal:  num("cpu_steal"),
+			wall:      num("wall_s"),
+			decisions: str("decisions"),
+		}
+		if bad != nil {
+			return nil, bad
+		}
+		rows = append(rows, r)
+	}
+	return rows, sc.Err()
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func minMax(xs []float64) (lo, hi float64) {
+	if len(xs) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return slices.Min(xs), slices.Max(xs)
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// stats summarises the rounds of one target (at one setting and concurrency).
+type stats struct {
+	target         string
+	conns          int
+	rounds         int
+	rps            float64 // median over rounds
+	rpsMin, rpsMax float64
+	p50, p99       float64 // medians, microseconds
+	non2xx         int64
+	sockerr        int64
+	// CPU per request in microseconds (median over rounds of cores*1e6/rps).
+	usProxy, usOrigin, usRedis, usWrk float64
+	cpuProxy, cpuRedis                float64 // median cores
+	other                             float64 // mean cores used by nothing we started
+	statuses, decisions               []string
+}
+
+func summarize(rows []row, target string, conns int, ncpu float64) stats {
+	st := stats{target: target, conns: conns}
+	var rps, p50, p99, up, uo, ur, uw, cp, cr, other []float64
+	for _, r := range rows {
+		if r.target != target || r.conns != conns {
+			continue
+		}
+		st.rounds++
+		rps = append(rps, r.rps)
+		p50 = append(p50, r.p50)
+		p99 = append(p99, r.p99)
+		cp = append(cp, r.cpuProxy)
+		cr = append(cr, r.cpuRedis)
+		if r.rps > 0 {
+			up = append(up, r.cpuProxy*1e6/r.rps)
+			uo = append(uo, r.cpuOrigin*1e6/r.rps)
+			ur = append(ur, r.cpuRedis*1e6/r.rps)
+			uw = append(uw, r.cpuWrk*1e6/r.rps)
+		}
+		if ncpu > 0 {
+			other = append(other, math.Max(0, ncpu-r.cpuProxy-r.cpuOrigin-r.cpuRedis-r.cpuWrk-r.cpuIdle-r.cpuSteal))
+		}
+		st.non2xx += r.non2xx
+		st.sockerr += r.sockerr
+		if r.statuses != "" && r.statuses != "-" {
+			st.statuses = append(st.statuses, r.statuses)
+		}
+		if r.decisions != "" && r.decisions != "-" {
+			st.decisions = append(st.decisions, r.decisions)
+		}
+	}
+	st.rps = median(rps)
+	st.rpsMin, st.rpsMax = minMax(rps)
+	st.p50, st.p99 = median(p50), median(p99)
+	st.usProxy, st.usOrigin, st.usRedis, st.usWrk = median(up), median(uo), median(ur), median(uw)
+	st.cpuProxy, st.cpuRedis = median(cp), median(cr)
+	st.other = mean(other)
+	return st
+}
+
+// roundRatios returns, round by round, the throughput of a over that of b
+// (the runs of one round are next to each other in time, so their ratio is
+// the least disturbed by a neighbour's load).
+func roundRatios(rows []row, a, b string, conns int) []float64 {
+	ra, rb := map[int]float64{}, map[int]float64{}
+	for _, r := range rows {
+		if r.conns != conns {
+			continue
+		}
+		switch r.target {
+		case a:
+			ra[r.round] = r.rps
+		case b:
+			rb[r.round] = r.rps
+		}
+	}
+	var out []float64
+	for round, x := range ra {
+		if y, ok := rb[round]; ok && y > 0 {
+			out = append(out, x/y)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func targetsIn(rows []row) []string {
+	var ts []string
+	for _, r := range rows {
+		if !slices.Contains(ts, r.target) {
+			ts = append(ts, r.target)
+		}
+	}
+	return ts
+}
