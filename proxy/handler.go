@@ -150,10 +150,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var nameBuf [128]byte
 	name, err := fillResource(nameBuf[:0], &rt.resource, r, rctx, query)
-	resource := ""
-	if err == nil {
-		resource = rt.names.intern(name)
-	}
 	if err != nil {
 		p.refuse(w, rt, decBadRequest, &problem{
 			Type: TypeBadRequest, Title: "Resource cannot be named", Status: http.StatusBadRequest,
@@ -161,6 +157,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
+	resource := rt.names.intern(name)
 
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), p.storeTimeout)

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -72,6 +74,8 @@ func TestContractAnswers(t *testing.T) {
 			headers: []string{"Fencing-Token", "1", "X-Tenant", "acme"}, status: 400, typ: TypeBadRequest},
 		{name: "query repeated in template", method: "POST", target: "/tenants/items?item=3&item=4",
 			headers: []string{"Fencing-Token", "1", "X-Tenant", "acme"}, status: 400, typ: TypeBadRequest},
+		{name: "Connection names a template header", method: "POST", target: "/tenants/items?item=3",
+			headers: []string{"Fencing-Token", "1", "X-Tenant", "acme", "Connection", "x-tenant"}, status: 400, typ: TypeBadRequest},
 		{name: "template filled", method: "POST", target: "/tenants/items?item=3",
 			headers: []string{"Fencing-Token", "1", "X-Tenant", "acme"}, status: 200},
 		{name: "ambiguous path", method: "PUT", target: "/orders%2F1", headers: []string{"Fencing-Token", "1"},
@@ -257,7 +261,8 @@ func TestForwardedRequest(t *testing.T) {
 				t.Fatalf("received %d", len(got))
 			}
 			r := got[0]
-			if r.Path != tc.path || r.Query != tc.query || len(r.Tokens) != 1 || r.Tokens[0] != "3" || r.Body != "payload" {
+			if r.Path != tc.path || r.Query != tc.query || r.Host != "orders.example" ||
+				len(r.Tokens) != 1 || r.Tokens[0] != "3" || r.Body != "payload" {
 				t.Fatalf("upstream got %+v, want path %q query %q token [3]", r, tc.path, tc.query)
 			}
 		})
@@ -318,5 +323,49 @@ func TestUpstreamDown(t *testing.T) {
 	}
 	if !strings.Contains(body, "upstream") {
 		t.Fatalf("body %q", body)
+	}
+}
+
+// Framing the README describes: conflicting Content-Length values are
+// refused before fenceproxy runs, and a request with both Content-Length and
+// Transfer-Encoding reaches the upstream framed once, chunked, without the
+// Content-Length it came with.
+func TestRequestFraming(t *testing.T) {
+	f := newFixture(t, "", nil)
+	var gotCL []string
+	var gotTE []string
+	f.up.handle(func(w http.ResponseWriter, r *http.Request) {
+		gotCL, gotTE = r.Header["Content-Length"], r.TransferEncoding
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	})
+	send := func(raw string) string {
+		t.Helper()
+		c, err := net.Dial("tcp", strings.TrimPrefix(f.front.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.Status + " " + string(b)
+	}
+	if got := send("PUT /x HTTP/1.1\r\nHost: a\r\nFencing-Token: 1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"); !strings.HasPrefix(got, "400") {
+		t.Fatalf("conflicting lengths: %s", got)
+	}
+	if n := len(f.up.received()); n != 0 {
+		t.Fatalf("upstream received %d requests", n)
+	}
+	got := send("PUT /x HTTP/1.1\r\nHost: a\r\nFencing-Token: 2\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+	if got != "200 OK hello" || gotCL != nil || len(gotTE) != 1 || gotTE[0] != "chunked" {
+		t.Fatalf("CL+TE: answer %q, upstream saw Content-Length %q Transfer-Encoding %q", got, gotCL, gotTE)
 	}
 }

@@ -136,11 +136,16 @@ func (f *fixture) do(method, target string, headers ...string) (*http.Response, 
 	// spelling under test.
 	// (An opaque "//host/path" is sent in absolute form, which also keeps a
 	// path that starts with "//" from being read as an authority.)
-	path, query, _ := strings.Cut(target, "?")
-	req.URL.Opaque, req.URL.RawQuery = "//"+req.URL.Host+path, query
+	authority := req.URL.Host
 	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" { // the authority of the absolute-form target is the Host
+			authority = headers[i+1]
+			continue
+		}
 		req.Header.Add(headers[i], headers[i+1])
 	}
+	path, query, _ := strings.Cut(target, "?")
+	req.URL.Opaque, req.URL.RawQuery = "//"+authority+path, query
 	resp, err := f.front.Client().Do(req)
 	if err != nil {
 		f.t.Fatal(err)
