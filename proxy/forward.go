@@ -13,19 +13,28 @@ import (
 	"go.uber.org/zap"
 )
 
-// NewTransport returns the Transport that forwards to the upstream. A sidecar
-// talks to one upstream over loopback, so it keeps many idle connections to
-// it (the default of 2 per host would churn a connection per request under
-// load), never compresses on its own, and dials with a short timeout.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil, // never route the protected hop through HTTP_PROXY
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
+// NewTransport returns the RoundTripper that forwards to the upstream: the
+// handler-goroutine path of upstreamTransport for the common request, and an
+// http.Transport for the rest. A sidecar talks to one upstream over loopback,
+// so both keep many idle connections to it (the default of 2 per host would
+// churn a connection per request under load), never compress on their own,
+// and dial with a short timeout.
+func NewTransport() http.RoundTripper {
+	dial := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	const maxIdle, idleTimeout = 1024, 90 * time.Second
+	return &upstreamTransport{
+		fallback: &http.Transport{
+			Proxy:                 nil, // never route the protected hop through HTTP_PROXY
+			DialContext:           dial,
+			MaxIdleConns:          maxIdle,
+			MaxIdleConnsPerHost:   maxIdle,
+			IdleConnTimeout:       idleTimeout,
+			ExpectContinueTimeout: time.Second,
+			DisableCompression:    true,
+		},
+		dial:        dial,
+		maxIdle:     maxIdle,
+		idleTimeout: idleTimeout,
 	}
 }
 

@@ -1,0 +1,414 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
+)
+
+func TestInlineChoosesPath(t *testing.T) {
+	body := func(n int) io.ReadCloser { return io.NopCloser(strings.NewReader(strings.Repeat("x", n))) }
+	tests := []struct {
+		name   string
+		mutate func(r *http.Request)
+		want   bool
+	}{
+		{"small PUT", func(r *http.Request) {}, true},
+		{"no body", func(r *http.Request) { r.Body, r.ContentLength = nil, 0 }, true},
+		{"NoBody", func(r *http.Request) { r.Body, r.ContentLength = http.NoBody, 0 }, true},
+		{"64 KiB body", func(r *http.Request) { r.Body, r.ContentLength = body(maxInlineBody), maxInlineBody }, true},
+		{"64 KiB + 1 body", func(r *http.Request) { r.Body, r.ContentLength = body(maxInlineBody+1), maxInlineBody + 1 }, false},
+		{"length unknown", func(r *http.Request) { r.ContentLength = -1 }, false},
+		{"body with length 0 is unknown length", func(r *http.Request) { r.ContentLength = 0 }, false},
+		{"chunked", func(r *http.Request) { r.TransferEncoding = []string{"chunked"} }, false},
+		{"trailer", func(r *http.Request) { r.Trailer = http.Header{"X-Sum": nil} }, false},
+		{"Expect", func(r *http.Request) { r.Header.Set("Expect", "100-continue") }, false},
+		{"Upgrade", func(r *http.Request) { r.Header.Set("Connection", "Upgrade"); r.Header.Set("Upgrade", "websocket") }, false},
+		{"https upstream", func(r *http.Request) { r.URL.Scheme = "https" }, false},
+		{"CONNECT", func(r *http.Request) { r.Method = http.MethodConnect }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := http.NewRequest("PUT", "http://127.0.0.1:1/x", strings.NewReader("payload"))
+			tc.mutate(r)
+			if got := inline(r); got != tc.want {
+				t.Fatalf("inline = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// connUpstream is an upstream that counts the connections it accepts and
+// closes.
+type connUpstream struct {
+	*httptest.Server
+	opened, closed atomic.Int64
+	closedc        chan struct{} // one value per closed connection
+}
+
+func newConnUpstream(t *testing.T, h http.HandlerFunc) *connUpstream {
+	t.Helper()
+	u := &connUpstream{closedc: make(chan struct{}, 1024)}
+	u.Server = httptest.NewUnstartedServer(h)
+	u.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			u.opened.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			u.closed.Add(1)
+			u.closedc <- struct{}{}
+		}
+	}
+	u.Start()
+	t.Cleanup(u.Close)
+	return u
+}
+
+// frontOf puts a proxy with the default routes (every method fenced) in
+// front of up and returns its URL and its transport.
+func frontOf(t *testing.T, up string) (*httptest.Server, *upstreamTransport) {
+	t.Helper()
+	u, _ := url.Parse(up)
+	tr := NewTransport().(*upstreamTransport)
+	p, err := New(Options{Upstream: u, Routes: config.DefaultRoutes(), Store: memstore.New(), Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(func() {
+		front.Close()
+		tr.CloseIdleConnections()
+	})
+	return front, tr
+}
+
+// put sends a fenced PUT with body and returns status and response body.
+func put(t *testing.T, c *http.Client, front, path, body string, token int) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", front+path, strings.NewReader(body))
+	req.Header.Set("Fencing-Token", itoa(token))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func itoa(i int) string { return formatUint(uint64(i)) }
+
+func echoBody(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	_, _ = w.Write(append([]byte(r.Method+" "), b...))
+}
+
+// Sequential requests share one upstream connection: the inline path
+// returns a connection to the pool once its response is read.
+func TestUpstreamConnectionReuse(t *testing.T) {
+	up := newConnUpstream(t, echoBody)
+	front, _ := frontOf(t, up.URL)
+	for i := 1; i <= 50; i++ {
+		body := strings.Repeat("b", i*100)
+		code, got := put(t, front.Client(), front.URL, "/r", body, i)
+		if code != 200 || got != "PUT "+body {
+			t.Fatalf("request %d: %d %.40q", i, code, got)
+		}
+	}
+	if n := up.opened.Load(); n != 1 {
+		t.Fatalf("the upstream accepted %d connections for 50 sequential requests, want 1", n)
+	}
+}
+
+// An idle connection the upstream closed is noticed before it is used: the
+// next PUT (which, having a body, could not be sent twice) goes out on a new
+// connection instead of failing with 502.
+func TestUpstreamClosedIdleConnection(t *testing.T) {
+	up := newConnUpstream(t, echoBody)
+	front, _ := frontOf(t, up.URL)
+	if code, _ := put(t, front.Client(), front.URL, "/r", "one", 1); code != 200 {
+		t.Fatalf("first request: %d", code)
+	}
+	up.CloseClientConnections()
+	<-up.closedc // the upstream has closed its end: its FIN is on the way
+	for i := 2; i <= 5; i++ {
+		if code, body := put(t, front.Client(), front.URL, "/r", "again", i); code != 200 || body != "PUT again" {
+			t.Fatalf("request %d after the upstream closed the idle connection: %d %q", i, code, body)
+		}
+	}
+	if n := up.opened.Load(); n != 2 {
+		t.Fatalf("upstream connections = %d, want 2", n)
+	}
+}
+
+// Response shapes that end an exchange differently: each is read whole and
+// the connection is reused only when its framing allows.
+func TestUpstreamResponseFraming(t *testing.T) {
+	tests := []struct {
+		name      string
+		method    string
+		h         http.HandlerFunc
+		wantBody  string
+		wantCode  int
+		wantConns int64 // for three requests
+	}{
+		{"content-length", "PUT", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "sized") }, "sized", 200, 1},
+		{"chunked", "PUT", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "part1,")
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, "part2")
+		}, "part1,part2", 200, 1},
+		{"no content", "PUT", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }, "", 204, 1},
+		{"not modified", "PUT", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(304) }, "", 304, 1},
+		{"HEAD", "HEAD", func(w http.ResponseWriter, r *http.Request) { w.Header().Set("Content-Length", "100") }, "", 200, 1},
+		{"Connection: close", "PUT", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "close")
+			_, _ = io.WriteString(w, "bye")
+		}, "bye", 200, 3},
+		{"close-delimited", "PUT", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			c, bw, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				panic(err)
+			}
+			_, _ = bw.WriteString("HTTP/1.1 200 OK\r\n\r\nuntil the end")
+			_ = bw.Flush()
+			_ = c.Close()
+		}, "until the end", 200, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newConnUpstream(t, tc.h)
+			front, _ := frontOf(t, up.URL)
+			for i := 1; i <= 3; i++ {
+				req, _ := http.NewRequest(tc.method, front.URL+"/r", strings.NewReader("payload"))
+				req.Header.Set("Fencing-Token", itoa(i))
+				resp, err := front.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != tc.wantCode || string(b) != tc.wantBody {
+					t.Fatalf("request %d: %d %q %v, want %d %q", i, resp.StatusCode, b, err, tc.wantCode, tc.wantBody)
+				}
+			}
+			if n := up.opened.Load(); n != tc.wantConns {
+				t.Fatalf("upstream connections = %d, want %d", n, tc.wantConns)
+			}
+		})
+	}
+}
+
+// An informational response reaches the client before the final one, as
+// with http.Transport.
+func TestUpstreamEarlyHints(t *testing.T) {
+	up := newConnUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		_, _ = io.WriteString(w, "final")
+	})
+	front, _ := frontOf(t, up.URL)
+	var hints []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		hints = append(hints, itoa(code)+" "+h.Get("Link"))
+		return nil
+	}}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "PUT", front.URL+"/r", strings.NewReader("x"))
+	req.Header.Set("Fencing-Token", "1")
+	resp, err := front.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "final" {
+		t.Fatalf("%d %q", resp.StatusCode, b)
+	}
+	if len(hints) != 1 || hints[0] != "103 </style.css>; rel=preload" {
+		t.Fatalf("informational responses seen by the client: %q", hints)
+	}
+}
+
+// A client that leaves while the upstream is still working cancels the
+// exchange: the upstream connection is closed (the upstream's request
+// context ends), and the handler returns (goleak checks in TestMain).
+func TestUpstreamClientCancel(t *testing.T) {
+	started := make(chan struct{})
+	cancelled := make(chan struct{})
+	up := newConnUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		// net/http watches for the connection to close only once the
+		// request body is read.
+		_, _ = io.ReadAll(r.Body)
+		close(started)
+		select {
+		case <-r.Context().Done():
+			close(cancelled)
+		case <-time.After(15 * time.Second): // let the test fail rather than hang
+		}
+	})
+	front, _ := frontOf(t, up.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "PUT", front.URL+"/r", strings.NewReader("x"))
+	req.Header.Set("Fencing-Token", "1")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := front.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-started
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the cancelled request succeeded")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream never saw its connection close after the client left")
+	}
+}
+
+// A response body the client stops reading drops its upstream connection
+// (it is in the middle of a response); the next request is served whole.
+func TestUpstreamBodyAbandoned(t *testing.T) {
+	big := strings.Repeat("z", 4<<20)
+	up := newConnUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			_, _ = io.WriteString(w, big)
+			return
+		}
+		_, _ = io.WriteString(w, "small")
+	})
+	front, _ := frontOf(t, up.URL)
+	req, _ := http.NewRequest("PUT", front.URL+"/big", strings.NewReader("x"))
+	req.Header.Set("Fencing-Token", "1")
+	resp, err := front.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 10)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close() // the Go client closes this connection to the proxy
+	<-up.closedc      // so the proxy's write fails, and it drops the upstream connection
+	if code, body := put(t, front.Client(), front.URL, "/small", "x", 2); code != 200 || body != "small" {
+		t.Fatalf("next request: %d %q", code, body)
+	}
+}
+
+// The pool keeps at most maxIdle connections; the rest are closed when
+// their exchange ends.
+func TestUpstreamPoolBounded(t *testing.T) {
+	const concurrent = 6
+	var arrived sync.WaitGroup
+	arrived.Add(concurrent)
+	up := newConnUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		arrived.Wait() // every request holds its connection at once
+		_, _ = io.WriteString(w, "ok")
+	})
+	front, tr := frontOf(t, up.URL)
+	tr.maxIdle = 2
+	var wg sync.WaitGroup
+	for i := range concurrent {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, _ := put(t, front.Client(), front.URL, "/r"+itoa(i), "x", 1); code != 200 {
+				t.Errorf("status %d", code)
+			}
+		}()
+	}
+	wg.Wait()
+	for range concurrent - 2 {
+		<-up.closedc
+	}
+	tr.mu.Lock()
+	idle := 0
+	for _, conns := range tr.idle {
+		idle += len(conns)
+	}
+	tr.mu.Unlock()
+	if opened := up.opened.Load(); opened != concurrent || idle != 2 {
+		t.Fatalf("opened %d, idle %d; want %d opened, 2 idle", opened, idle, concurrent)
+	}
+}
+
+// What the inline path does not take still works through http.Transport:
+// large and unknown-length bodies, 100-continue and protocol upgrades.
+func TestUpstreamFallback(t *testing.T) {
+	up := newConnUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Upgrade", "echo")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			line, _ := brw.ReadString('\n')
+			_, _ = brw.WriteString("echo: " + line)
+			_ = brw.Flush()
+			return
+		}
+		echoBody(w, r)
+	})
+	front, _ := frontOf(t, up.URL)
+
+	big := strings.Repeat("B", maxInlineBody+1)
+	if code, body := put(t, front.Client(), front.URL, "/big", big, 1); code != 200 || body != "PUT "+big {
+		t.Fatalf("large body: %d, %d bytes back", code, len(body))
+	}
+
+	req, _ := http.NewRequest("PUT", front.URL+"/unknown", io.MultiReader(strings.NewReader("no "), strings.NewReader("length")))
+	req.Header.Set("Fencing-Token", "2")
+	req.Header.Set("Expect", "100-continue")
+	resp, err := front.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "PUT no length" {
+		t.Fatalf("chunked with 100-continue: %d %q", resp.StatusCode, b)
+	}
+
+	c, err := net.Dial("tcp", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, "GET /up HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\nFencing-Token: 3\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	_, _ = io.WriteString(c, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+		t.Fatalf("upgraded stream: %q %v", line, err)
+	}
+}
