@@ -31,7 +31,7 @@ func TestInlineChoosesPath(t *testing.T) {
 		{"no body", func(r *http.Request) { r.Body, r.ContentLength = nil, 0 }, true},
 		{"NoBody", func(r *http.Request) { r.Body, r.ContentLength = http.NoBody, 0 }, true},
 		{"64 KiB body", func(r *http.Request) { r.Body, r.ContentLength = body(maxInlineBody), maxInlineBody }, true},
-		{"64 KiB + 1 body", func(r *http.Request) { r.Body, r.ContentLength = body(maxInlineBody+1), maxInlineBody + 1 }, false},
+		{"64 KiB + 1 body", func(r *http.Request) { r.Body, r.ContentLength = body(maxInlineBody+1), maxInlineBody+1 }, false},
 		{"length unknown", func(r *http.Request) { r.ContentLength = -1 }, false},
 		{"body with length 0 is unknown length", func(r *http.Request) { r.ContentLength = 0 }, false},
 		{"chunked", func(r *http.Request) { r.TransferEncoding = []string{"chunked"} }, false},
