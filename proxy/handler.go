@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -41,6 +40,7 @@ type Proxy struct {
 	store        fencestore.Store
 	tokenHeader  string
 	storeTimeout time.Duration
+	deadlines    sharedDeadline
 	log          *zap.Logger
 }
 
@@ -80,6 +80,7 @@ func New(o Options) (*Proxy, error) {
 		store:        o.Store,
 		tokenHeader:  th,
 		storeTimeout: o.StoreTimeout,
+		deadlines:    sharedDeadline{timeout: o.StoreTimeout},
 		log:          o.Logger,
 	}
 	return p, nil
@@ -160,9 +161,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resource := rt.names.intern(name)
 
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(r.Context(), p.storeTimeout)
-	d, err := p.store.Admit(ctx, resource, token, rt.compare)
-	cancel()
+	d, err := p.store.Admit(p.deadlines.context(start), resource, token, rt.compare)
 	elapsed := time.Since(start)
 
 	switch {
