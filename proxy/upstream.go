@@ -77,6 +77,11 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return t.fallback.RoundTrip(req)
 	}
 	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		// The client left during admission: send nothing (the cancellation
+		// hook below would race the write).
+		return nil, err
+	}
 	addr := upstreamAddr(req)
 	for attempt := 0; ; attempt++ {
 		c, err := t.get(ctx, addr)

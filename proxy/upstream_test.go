@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
 )
 
@@ -410,5 +411,72 @@ func TestUpstreamFallback(t *testing.T) {
 	_, _ = io.WriteString(c, "ping\n")
 	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
 		t.Fatalf("upgraded stream: %q %v", line, err)
+	}
+}
+
+// gatedStore is the memory store with an admission that waits for the test.
+type gatedStore struct {
+	fencestore.Store
+	entered, release chan struct{}
+}
+
+func (g *gatedStore) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.Store.Admit(ctx, resource, token, cmp)
+}
+
+// A client that leaves while its request is being admitted: the admission
+// completes (the mark advances) and nothing is forwarded.
+func TestClientGoneDuringAdmission(t *testing.T) {
+	var forwarded atomic.Int64
+	up := newConnUpstream(t, func(w http.ResponseWriter, r *http.Request) { forwarded.Add(1) })
+	u, _ := url.Parse(up.URL)
+	store := &gatedStore{Store: memstore.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	p, err := New(Options{Upstream: u, Routes: config.DefaultRoutes(), Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqCtx := make(chan context.Context, 1)
+	served := make(chan struct{}, 2)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reqCtx <- r.Context()
+		p.ServeHTTP(w, r)
+		served <- struct{}{}
+	}))
+	defer front.Close()
+
+	// A first request leaves an idle upstream connection, so the second
+	// would not even need to dial.
+	go func() { <-store.entered; store.release <- struct{}{} }()
+	if code, _ := put(t, front.Client(), front.URL, "/r", "", 5); code != 200 {
+		t.Fatalf("first request: %d", code)
+	}
+	<-reqCtx
+	<-served
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "PUT", front.URL+"/r", nil) // no body: the server watches the connection at once
+	req.Header.Set("Fencing-Token", "7")
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := front.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	serverCtx := <-reqCtx
+	<-store.entered
+	cancel()
+	<-errc
+	<-serverCtx.Done() // the server has seen the client go
+	close(store.release)
+	<-served
+	if n := forwarded.Load(); n != 1 {
+		t.Fatalf("the upstream received %d requests, want only the first: the second's client had left", n)
+	}
+	if mark, ok, err := store.Mark(context.Background(), "default"); err != nil || !ok || mark != 7 {
+		t.Fatalf("mark %d %v %v: the admission should have completed", mark, ok, err)
 	}
 }

@@ -536,6 +536,18 @@ func (d *runData) render() string {
 	p("is lower, requests also wait for something that is not CPU, such as Redis's fsync with `appendfsync always`\n")
 	p("(the CPU columns then show idle time).\n\n")
 
+	p("**Why fenceproxy can cost less CPU than go-plain while doing more.** go-plain is `httputil.ReverseProxy`\n")
+	p("over `http.Transport`, which hands every request to a writeLoop goroutine and every response back from a\n")
+	p("readLoop goroutine, and writes a PUT's headers and body in two writes. fenceproxy uses the same ReverseProxy,\n")
+	p("but for the common request (a plain-http upstream, a body of known length up to 64 KiB, no `Expect`, no\n")
+	p("`Upgrade`, no trailers) its transport (`proxy/upstream.go`) writes request line, headers and body in one write\n")
+	p("on the handler's own goroutine and reads the response there; anything else goes to `http.Transport`. Its\n")
+	p("Redis admissions are group-committed: every admission that queues while one script run is in flight goes\n")
+	p("into the next run, so one round trip (and one fsync) serves many requests under load, and an idle proxy\n")
+	p("waits for nothing. What remains of its CPU is mostly net/http's server side (reading each request, a\n")
+	p("background read per request, writing the response) and ReverseProxy's header copies, which go-plain pays\n")
+	p("too, and which nginx does in C without goroutines.\n\n")
+
 	// ---- per core
 	p("## What to expect per core\n\n")
 	p("Requests per second one core can carry, from the CPU the proxy process itself used (1 s ÷ proxy µs per\n")
