@@ -36,7 +36,7 @@ type Options struct {
 
 // Proxy is the fencing reverse proxy, an http.Handler.
 type Proxy struct {
-	router       *Router
+	router       *router
 	store        fencestore.Store
 	tokenHeader  string
 	storeTimeout time.Duration

@@ -34,11 +34,11 @@ type route struct {
 
 type routeKey struct{ method, pattern string }
 
-// Router matches a canonical path and method to a route with chi's rules
+// router matches a canonical path and method to a route with chi's rules
 // (static beats parameter beats wildcard, method-aware), without building a
 // request context: it calls chi's Find with a pooled route context, so a
 // match allocates nothing.
-type Router struct {
+type router struct {
 	mux      *chi.Mux
 	byKey    map[routeKey]*route
 	fallback *route
@@ -55,8 +55,8 @@ func CheckRoutes(rs config.Routes) error {
 // newRouter builds the route table. It fails with an error naming the route
 // when chi refuses a pattern (chi panics on some malformed patterns; that
 // panic is turned into the error here, at start, never at request time).
-func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*Router, error) {
-	rt := &Router{
+func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*router, error) {
+	rt := &router{
 		mux:   chi.NewMux(),
 		byKey: make(map[routeKey]*route),
 		pool:  sync.Pool{New: func() any { return chi.NewRouteContext() }},
@@ -130,7 +130,7 @@ func register(mux *chi.Mux, method, pattern string, h http.Handler) (err error) 
 // match returns the route for method and canonical path, and the route
 // context holding the path parameters. The caller must call release when it
 // no longer reads the parameters.
-func (rt *Router) match(method, path string) (*route, *chi.Context) {
+func (rt *router) match(method, path string) (*route, *chi.Context) {
 	rctx := rt.pool.Get().(*chi.Context)
 	rctx.Reset()
 	if pattern := rt.mux.Find(rctx, method, path); pattern != "" {
@@ -142,7 +142,7 @@ func (rt *Router) match(method, path string) (*route, *chi.Context) {
 }
 
 // all returns every route once, the fallback last.
-func (rt *Router) all() []*route {
+func (rt *router) all() []*route {
 	seen := make(map[*route]bool)
 	var out []*route
 	for _, r := range rt.byKey {
@@ -154,7 +154,7 @@ func (rt *Router) all() []*route {
 	return append(out, rt.fallback)
 }
 
-func (rt *Router) release(rctx *chi.Context) { rt.pool.Put(rctx) }
+func (rt *router) release(rctx *chi.Context) { rt.pool.Put(rctx) }
 
 // fences reports whether r fences a request with this method: a route from
 // the file fences every method it matched; the default rule only its own.

@@ -102,6 +102,13 @@ func put(t *testing.T, c *http.Client, front, path, body string, token int) (int
 	t.Helper()
 	req, _ := http.NewRequest("PUT", front+path, strings.NewReader(body))
 	req.Header.Set("Fencing-Token", itoa(token))
+	resp, b := send(t, c, req)
+	return resp.StatusCode, b
+}
+
+// send does req and returns the response with its body read whole.
+func send(t *testing.T, c *http.Client, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +118,7 @@ func put(t *testing.T, c *http.Client, front, path, body string, token int) (int
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	return resp, string(b)
 }
 
 func itoa(i int) string { return formatUint(uint64(i)) }
@@ -201,14 +208,9 @@ func TestUpstreamResponseFraming(t *testing.T) {
 			for i := 1; i <= 3; i++ {
 				req, _ := http.NewRequest(tc.method, front.URL+"/r", strings.NewReader("payload"))
 				req.Header.Set("Fencing-Token", itoa(i))
-				resp, err := front.Client().Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != tc.wantCode || string(b) != tc.wantBody {
-					t.Fatalf("request %d: %d %q %v, want %d %q", i, resp.StatusCode, b, err, tc.wantCode, tc.wantBody)
+				resp, b := send(t, front.Client(), req)
+				if resp.StatusCode != tc.wantCode || b != tc.wantBody {
+					t.Fatalf("request %d: %d %q, want %d %q", i, resp.StatusCode, b, tc.wantCode, tc.wantBody)
 				}
 			}
 			if n := up.opened.Load(); n != tc.wantConns {
@@ -234,13 +236,8 @@ func TestUpstreamEarlyHints(t *testing.T) {
 	}}
 	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "PUT", front.URL+"/r", strings.NewReader("x"))
 	req.Header.Set("Fencing-Token", "1")
-	resp, err := front.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(b) != "final" {
+	resp, b := send(t, front.Client(), req)
+	if resp.StatusCode != 200 || b != "final" {
 		t.Fatalf("%d %q", resp.StatusCode, b)
 	}
 	if len(hints) != 1 || hints[0] != "103 </style.css>; rel=preload" {
@@ -386,13 +383,8 @@ func TestUpstreamFallback(t *testing.T) {
 	req, _ := http.NewRequest("PUT", front.URL+"/unknown", io.MultiReader(strings.NewReader("no "), strings.NewReader("length")))
 	req.Header.Set("Fencing-Token", "2")
 	req.Header.Set("Expect", "100-continue")
-	resp, err := front.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(b) != "PUT no length" {
+	resp, b := send(t, front.Client(), req)
+	if resp.StatusCode != 200 || b != "PUT no length" {
 		t.Fatalf("chunked with 100-continue: %d %q", resp.StatusCode, b)
 	}
 
