@@ -39,21 +39,7 @@ WARMUP=${WARMUP%s}
 : "${OUT_DIR:=$RUN_DIR}"
 mkdir -p "$OUT_DIR"
 rm -f "$OUT_DIR/compare-summary.txt"
-case ${REDIS_DURABLE:-both} in
-  both) SETTINGS=(none durable) ;;
-  0) SETTINGS=(none) ;;
-  1) SETTINGS=(durable) ;;
-  *) die "REDIS_DURABLE must be 0, 1 or unset (both)" ;;
-esac
-TARGETS=(go-plain nginx)
-LUA=0
-if [[ ${NGINX_LUA:-auto} != 0 ]] && nginx_lua_available; then
-  LUA=1
-  TARGETS+=(nginx-lua)
-elif [[ ${NGINX_LUA:-auto} != 0 ]]; then
-  say "nginx-lua skipped: $LUA_MODULE missing (apt-get install -y libnginx-mod-http-lua)"
-fi
-TARGETS+=(fenceproxy)
+select_targets
 
 check_tools
 build

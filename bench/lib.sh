@@ -51,6 +51,28 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 nginx_lua_available() { [[ -f $LUA_MODULE ]]; }
 
+# select_targets: SETTINGS from REDIS_DURABLE (unset: both, 0: none, 1:
+# durable), TARGETS in the order they run (go-plain, nginx, nginx-lua when its
+# module is installed and NGINX_LUA is not 0, fenceproxy), LUA=1 when
+# nginx-lua is among them.
+select_targets() {
+  case ${REDIS_DURABLE:-both} in
+    both) SETTINGS=(none durable) ;;
+    0) SETTINGS=(none) ;;
+    1) SETTINGS=(durable) ;;
+    *) die "REDIS_DURABLE must be 0, 1 or unset (both)" ;;
+  esac
+  TARGETS=(go-plain nginx)
+  LUA=0
+  if [[ ${NGINX_LUA:-auto} != 0 ]] && nginx_lua_available; then
+    LUA=1
+    TARGETS+=(nginx-lua)
+  elif [[ ${NGINX_LUA:-auto} != 0 ]]; then
+    say "nginx-lua skipped: $LUA_MODULE missing (apt-get install -y libnginx-mod-http-lua)"
+  fi
+  TARGETS+=(fenceproxy)
+}
+
 check_tools() {
   local t missing=()
   for t in wrk redis-server redis-cli nginx curl "$GO" setsid pgrep timeout; do

@@ -31,19 +31,7 @@ fi
 : "${OUT_DIR:=$RUN_DIR}"
 mkdir -p "$OUT_DIR"
 rm -f "$OUT_DIR/openloop.tsv" "$OUT_DIR/openloop-summary.txt"
-case ${REDIS_DURABLE:-both} in
-  both) SETTINGS=(none durable) ;;
-  0) SETTINGS=(none) ;;
-  1) SETTINGS=(durable) ;;
-  *) die "REDIS_DURABLE must be 0, 1 or unset (both)" ;;
-esac
-TARGETS=(go-plain nginx)
-LUA=0
-if [[ ${NGINX_LUA:-auto} != 0 ]] && nginx_lua_available; then
-  LUA=1
-  TARGETS+=(nginx-lua)
-fi
-TARGETS+=(fenceproxy)
+select_targets
 
 check_tools
 build
