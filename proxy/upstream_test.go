@@ -472,3 +472,25 @@ func TestClientGoneDuringAdmission(t *testing.T) {
 		t.Fatalf("mark %d %v %v: the admission should have completed", mark, ok, err)
 	}
 }
+
+// Trailers of a chunked response reach the client after the body, and the
+// connection is reused afterwards (the trailer section ends the response).
+func TestUpstreamResponseTrailers(t *testing.T) {
+	up := newConnUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Checksum")
+		_, _ = io.WriteString(w, "body")
+		w.Header().Set("X-Checksum", "abc")
+	})
+	front, _ := frontOf(t, up.URL)
+	for i := 1; i <= 2; i++ {
+		req, _ := http.NewRequest("PUT", front.URL+"/r", strings.NewReader("x"))
+		req.Header.Set("Fencing-Token", itoa(i))
+		resp, b := send(t, front.Client(), req)
+		if resp.StatusCode != 200 || b != "body" || resp.Trailer.Get("X-Checksum") != "abc" {
+			t.Fatalf("request %d: %d %q trailer %v", i, resp.StatusCode, b, resp.Trailer)
+		}
+	}
+	if n := up.opened.Load(); n != 1 {
+		t.Fatalf("upstream connections = %d, want 1", n)
+	}
+}
