@@ -78,8 +78,8 @@ func (h *Harness) startProxy(i int, upstream string, env map[string]string, read
 		for k, v := range env {
 			e[k] = v
 		}
-		r.Proc = &Proc{Name: fmt.Sprintf("fenceproxy%d", i), bin: h.bin, dir: dir,
-			env: procEnv(e), log: filepath.Join(dir, "fenceproxy.log")}
+		r.Proc = &Proc{Name: fmt.Sprintf("fenceproxy%d", i), Bin: h.bin, Dir: dir,
+			Env: procEnv(e), Log: filepath.Join(dir, "fenceproxy.log"), KillWithParent: true}
 		if lastErr = h.launchReplica(r, ready); lastErr == nil {
 			return r, nil
 		}
@@ -103,7 +103,7 @@ func procEnv(e map[string]string) []string {
 }
 
 func (h *Harness) launchReplica(r *Replica, ready bool) error {
-	if err := r.start(); err != nil {
+	if err := r.Start(); err != nil {
 		return err
 	}
 	h.procs.add(r.Proc)
@@ -135,7 +135,7 @@ func (r *Replica) waitUp(ready bool) error {
 // replace a running one) and waits for /healthz.
 func (r *Replica) Restart() error {
 	r.Term(2 * time.Second)
-	if err := r.start(); err != nil {
+	if err := r.Start(); err != nil {
 		return err
 	}
 	return r.waitUp(false)

@@ -60,7 +60,7 @@ func (h *Harness) startRedis(name string, extra ...string) (*Redis, error) {
 		}
 		args := append([]string{"--save", "", "--appendonly", "no"}, extra...)
 		args = append(args, fixedRedisArgs(port, dir)...)
-		r := &Redis{Proc: &Proc{Name: name, bin: bin, args: args, dir: dir, log: filepath.Join(dir, "redis.log")}, Port: port, Dir: dir}
+		r := &Redis{Proc: &Proc{Name: name, Bin: bin, Args: args, Dir: dir, Log: filepath.Join(dir, "redis.log"), KillWithParent: true}, Port: port, Dir: dir}
 		if lastErr = h.launchRedis(r); lastErr == nil {
 			return r, nil
 		}
@@ -76,7 +76,7 @@ func fixedRedisArgs(port int, dir string) []string {
 }
 
 func (h *Harness) launchRedis(r *Redis) error {
-	if err := r.start(); err != nil {
+	if err := r.Start(); err != nil {
 		return err
 	}
 	h.procs.add(r.Proc)
@@ -91,7 +91,7 @@ func (h *Harness) launchRedis(r *Redis) error {
 // arguments (an AOF written before is read back) and waits for PING.
 func (r *Redis) Restart() error {
 	r.Term(3 * time.Second)
-	if err := r.start(); err != nil {
+	if err := r.Start(); err != nil {
 		return err
 	}
 	return waitFor(r.Proc, 15*time.Second, r.Name+" answers PING after restart", func() error { return rawPing(r.Addr()) })
@@ -122,7 +122,7 @@ func (h *Harness) copyOf(r *Redis, name string) (*Redis, error) {
 			return nil, err
 		}
 		args := append([]string{"--save", "", "--appendonly", "yes"}, fixedRedisArgs(port, dir)...)
-		c := &Redis{Proc: &Proc{Name: name, bin: bin, args: args, dir: dir, log: filepath.Join(dir, "redis.log")}, Port: port, Dir: dir}
+		c := &Redis{Proc: &Proc{Name: name, Bin: bin, Args: args, Dir: dir, Log: filepath.Join(dir, "redis.log"), KillWithParent: true}, Port: port, Dir: dir}
 		if lastErr = h.launchRedis(c); lastErr == nil {
 			return c, nil
 		}
@@ -294,8 +294,8 @@ func (h *Harness) startSentinels(n int, name string, master *Redis, downAfter, f
 				return nil, err
 			}
 			args := append([]string{conf, "--sentinel"}, fixedRedisArgs(port, dir)...)
-			s = &Redis{Proc: &Proc{Name: fmt.Sprintf("sentinel%d", i), bin: bin, args: args, dir: dir,
-				log: filepath.Join(dir, "sentinel.log")}, Port: port, Dir: dir}
+			s = &Redis{Proc: &Proc{Name: fmt.Sprintf("sentinel%d", i), Bin: bin, Args: args, Dir: dir,
+				Log: filepath.Join(dir, "sentinel.log"), KillWithParent: true}, Port: port, Dir: dir}
 			if lastErr = h.launchRedis(s); lastErr == nil {
 				break
 			}

@@ -5,17 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/internal/childproc"
 )
 
 const (
@@ -35,9 +34,7 @@ type Server struct {
 	// (a TLS-only server, say).
 	ready func(addr string) error
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been waited for
+	proc *childproc.Proc
 }
 
 // Start starts redis-server on a free 127.0.0.1 port with
@@ -46,36 +43,9 @@ type Server struct {
 // test ends.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("FENCE_SKIP_REDIS") == "1" {
-			t.Skip("redis-server not found (FENCE_SKIP_REDIS=1)")
-		}
-		t.Fatal("redis-server not found: apt-get install -y redis-server")
-	}
-	dir := t.TempDir()
-	// The free port is found by binding :0 and closing it, so another
-	// process may take it before redis-server does: try a few times.
-	var lastErr error
-	for range 3 {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: free port: %v", err)
-		}
-		s := &Server{port: port, dir: dir}
-		s.args = append([]string{"--save", "", "--appendonly", "no"}, args...)
-		// Last, so that args cannot move the server off its port or
-		// directory.
-		s.args = append(s.args,
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-			"--daemonize", "no", "--logfile", "")
-		if lastErr = s.start(bin); lastErr == nil {
-			t.Cleanup(s.shutdown)
-			return s
-		}
-	}
-	t.Fatalf("redistest: %v", lastErr)
-	return nil
+	return launch(t, "", func(port int, dir string) []string {
+		return append(append([]string{"--save", "", "--appendonly", "no"}, args...), fixedArgs(port, dir)...)
+	}, nil)
 }
 
 func freePort() (int, error) {
@@ -88,33 +58,18 @@ func freePort() (int, error) {
 }
 
 // start runs the server and waits for PING; on failure the process is gone.
+// A restart runs the same command line again.
 func (s *Server) start(bin string) error {
-	logf, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if s.proc == nil {
+		s.proc = &childproc.Proc{Name: "redis-server", Bin: bin, Args: s.args, Dir: s.dir,
+			Log: filepath.Join(s.dir, "redis.log")}
+	}
+	if err := s.proc.Start(); err != nil {
 		return err
 	}
-	defer logf.Close() // the child has its own descriptor
-	cmd := exec.Command(bin, s.args...)
-	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so that signals meant for the test binary's
-	// group (a terminal's ^C) do not reach it and it can be signalled alone.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-	if err := s.waitPing(done); err != nil {
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		return fmt.Errorf("redis-server %s: %w\n%s", strings.Join(s.args, " "), err, s.logTail())
+	if err := s.waitPing(s.proc.Done()); err != nil {
+		_ = s.proc.Kill()
+		return fmt.Errorf("redis-server %s: %w\n%s", strings.Join(s.args, " "), err, s.proc.LogTail(2000))
 	}
 	return nil
 }
@@ -164,14 +119,6 @@ func ping(addr string) error {
 	return nil
 }
 
-func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
-}
-
 // Addr returns the server's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
@@ -185,11 +132,7 @@ func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 func (s *Server) Dir() string { return s.dir }
 
 // Pid returns the process id of the server now running (or last run).
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd.Process.Pid
-}
+func (s *Server) Pid() int { return s.proc.Pid() }
 
 // Client returns a client of the server with the options fenceproxy needs
 // (ContextTimeoutEnabled, no retries), closed when the test ends.
@@ -211,33 +154,16 @@ func (s *Server) Options() *redis.Options {
 // Kill sends SIGKILL and waits for the process to exit, as a crash would end
 // it: no shutdown save, no AOF flush beyond what appendfsync already did.
 func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.mu.Unlock()
-	if !exited(done) {
-		_ = signalGroup(cmd, syscall.SIGKILL)
-	}
-	<-done
+	_ = s.proc.Kill() // an error means it had already exited
+	<-s.proc.Done()
 }
 
 // Stop freezes the server with SIGSTOP: connections stay open and nothing
 // answers, as with a stalled host.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !exited(s.done) {
-		_ = signalGroup(s.cmd, syscall.SIGSTOP)
-	}
-}
+func (s *Server) Stop() { _ = s.proc.Stop() }
 
 // Cont resumes a server frozen by Stop.
-func (s *Server) Cont() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !exited(s.done) {
-		_ = signalGroup(s.cmd, syscall.SIGCONT)
-	}
-}
+func (s *Server) Cont() { _ = s.proc.Cont() }
 
 // Restart starts the server again on the same port, directory and arguments,
 // so that an AOF written before is read back, and waits for PING. A server
@@ -258,36 +184,4 @@ func (s *Server) Restart(t testing.TB) {
 
 // shutdown ends the process: SIGCONT (a stopped process cannot act on
 // SIGTERM), SIGTERM, and SIGKILL if it has not exited within stopTimeout.
-func (s *Server) shutdown() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.mu.Unlock()
-	if exited(done) {
-		return
-	}
-	_ = signalGroup(cmd, syscall.SIGCONT)
-	_ = signalGroup(cmd, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(stopTimeout):
-		_ = signalGroup(cmd, syscall.SIGKILL)
-		<-done
-	}
-}
-
-// exited reports whether the process has been waited for. Once it has, its
-// PID may belong to another process, so it must not be signalled.
-func exited(done <-chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
-
-// signalGroup signals the server's process group, whose id is the server's
-// PID (Setpgid), so that a child it forked (an AOF rewrite) goes too.
-func signalGroup(cmd *exec.Cmd, sig syscall.Signal) error {
-	return syscall.Kill(-cmd.Process.Pid, sig)
-}
+func (s *Server) shutdown() { s.proc.Term(stopTimeout) }
