@@ -121,6 +121,20 @@ func send(t *testing.T, c *http.Client, req *http.Request) (*http.Response, stri
 	return resp, string(b)
 }
 
+// doAsync sends req from another goroutine; its error (nil on success,
+// the body closed unread) arrives on the channel.
+func doAsync(c *http.Client, req *http.Request) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	return errc
+}
+
 func itoa(i int) string { return formatUint(uint64(i)) }
 
 func echoBody(w http.ResponseWriter, r *http.Request) {
@@ -266,14 +280,7 @@ func TestUpstreamClientCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "PUT", front.URL+"/r", strings.NewReader("x"))
 	req.Header.Set("Fencing-Token", "1")
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := front.Client().Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		errc <- err
-	}()
+	errc := doAsync(front.Client(), req)
 	<-started
 	cancel()
 	if err := <-errc; err == nil {
@@ -450,14 +457,7 @@ func TestClientGoneDuringAdmission(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "PUT", front.URL+"/r", nil) // no body: the server watches the connection at once
 	req.Header.Set("Fencing-Token", "7")
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := front.Client().Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		errc <- err
-	}()
+	errc := doAsync(front.Client(), req)
 	serverCtx := <-reqCtx
 	<-store.entered
 	cancel()
