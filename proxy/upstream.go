@@ -38,6 +38,11 @@ type upstreamTransport struct {
 
 	mu   sync.Mutex
 	idle map[string][]*upConn // by host:port, most recently used last
+	// sweep closes connections idle for idleTimeout, as http.Transport
+	// does, so that a burst's connections do not stay open (or, once the
+	// upstream has closed its end, half-closed) until traffic returns. It is
+	// armed while any connection is idle.
+	sweep *time.Timer
 }
 
 const (
@@ -173,6 +178,9 @@ func (t *upstreamTransport) put(c *upConn) {
 			t.idle = make(map[string][]*upConn)
 		}
 		t.idle[c.key] = append(t.idle[c.key], c)
+		if t.sweep == nil {
+			t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
+		}
 		t.mu.Unlock()
 		return
 	}
@@ -180,11 +188,47 @@ func (t *upstreamTransport) put(c *upConn) {
 	c.close()
 }
 
+// sweepIdle closes the connections idle for idleTimeout or longer and arms
+// itself again for the oldest of the rest.
+func (t *upstreamTransport) sweepIdle() {
+	now := time.Now()
+	var expired []*upConn
+	var oldest time.Time
+	t.mu.Lock()
+	for addr, conns := range t.idle {
+		kept := conns[:0]
+		for _, c := range conns {
+			if now.Sub(c.idleSince) >= t.idleTimeout {
+				expired = append(expired, c)
+				continue
+			}
+			if oldest.IsZero() || c.idleSince.Before(oldest) {
+				oldest = c.idleSince
+			}
+			kept = append(kept, c)
+		}
+		clear(conns[len(kept):])
+		t.idle[addr] = kept
+	}
+	t.sweep = nil
+	if !oldest.IsZero() {
+		t.sweep = time.AfterFunc(oldest.Add(t.idleTimeout).Sub(now), t.sweepIdle)
+	}
+	t.mu.Unlock()
+	for _, c := range expired {
+		c.close()
+	}
+}
+
 // CloseIdleConnections closes the idle connections of both paths.
 func (t *upstreamTransport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
 	t.idle = nil
+	if t.sweep != nil {
+		t.sweep.Stop()
+		t.sweep = nil
+	}
 	t.mu.Unlock()
 	for _, conns := range idle {
 		for _, c := range conns {

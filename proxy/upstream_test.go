@@ -494,3 +494,25 @@ func TestUpstreamResponseTrailers(t *testing.T) {
 		t.Fatalf("upstream connections = %d, want 1", n)
 	}
 }
+
+// Connections idle for the idle timeout are closed without waiting for the
+// next request.
+func TestUpstreamIdleTimeout(t *testing.T) {
+	up := newConnUpstream(t, echoBody)
+	front, tr := frontOf(t, up.URL)
+	tr.idleTimeout = 50 * time.Millisecond
+	if code, _ := put(t, front.Client(), front.URL, "/r", "x", 1); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	select {
+	case <-up.closedc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an idle upstream connection stayed open past the idle timeout")
+	}
+	if code, _ := put(t, front.Client(), front.URL, "/r", "x", 2); code != 200 {
+		t.Fatalf("after the sweep: status %d", code)
+	}
+	if n := up.opened.Load(); n != 2 {
+		t.Fatalf("upstream connections = %d, want 2", n)
+	}
+}
