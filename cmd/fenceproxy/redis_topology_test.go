@@ -222,6 +222,38 @@ func TestRedisTLS(t *testing.T) {
 	}
 }
 
+// TLS with Sentinel: the sentinel and the master speak only TLS. The
+// program asks the sentinel for the master and admits on the master, both
+// over TLS verified against FENCE_REDIS_TLS_CA_FILE; without the CA file it
+// is not ready and fails closed.
+func TestRedisSentinelTLS(t *testing.T) {
+	files := redistest.NewTLSFiles(t)
+	master := redistest.StartTLS(t, files)
+	sentinel := redistest.StartTLSSentinel(t, "mymaster", master)
+	up := newCountingUpstream(t)
+	env := map[string]string{
+		"FENCE_UPSTREAM_URL":         up.URL,
+		"FENCE_REDIS_SENTINEL_ADDRS": sentinel.Addr(),
+		"FENCE_REDIS_MASTER_NAME":    "mymaster",
+		"FENCE_REDIS_TLS_CA_FILE":    files.CA,
+	}
+	p := start(t, env)
+	waitReady(t, p)
+	wantAdmitted(t, p, up, "/orders/1", 42)
+	wantStale(t, p, up, "/orders/1", 41, 42)
+	if got := getMark(t, master.Client(t), "fence:default"); got != "42" {
+		t.Fatalf("fence:default = %q, want 42", got)
+	}
+
+	delete(env, "FENCE_REDIS_TLS_CA_FILE")
+	p2 := start(t, env)
+	t.Logf("readyz without the CA: %s", wantNotReady(t, p2))
+	wantUnavailable(t, p2, up, "/orders/1", 43)
+	if got := getMark(t, master.Client(t), "fence:default"); got != "42" {
+		t.Fatalf("fence:default = %q after a refused request, want 42", got)
+	}
+}
+
 // ACL: a user with only fenceACL on fence:* keys, the default user disabled;
 // redis://fence:secret@ is ready (PING, CONFIG GET) and admits and refuses
 // without a single ACL denial; a wrong password is not ready and fails

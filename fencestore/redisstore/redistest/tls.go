@@ -124,11 +124,50 @@ func StartTLS(t testing.TB, files *TLSFiles, args ...string) *TLSServer {
 	s := launch(t, "", func(port int, dir string) []string {
 		a := append([]string{"--save", "", "--appendonly", "no"}, args...)
 		a = append(a, fixedArgs(port, dir)...)
-		// After fixedArgs: the plain port closed, TLS on the free one.
-		return append(a, "--port", "0", "--tls-port", strconv.Itoa(port),
-			"--tls-cert-file", files.Cert, "--tls-key-file", files.Key,
-			"--tls-ca-cert-file", files.CA, "--tls-auth-clients", "no")
+		return append(a, tlsListen(files, port)...)
 	}, func(addr string) error { return tlsPing(addr, conf) })
+	return &TLSServer{Server: s, Files: files}
+}
+
+// tlsListen closes the plain port and serves TLS on port; it comes after
+// fixedArgs, which opens the plain one.
+func tlsListen(files *TLSFiles, port int) []string {
+	return []string{"--port", "0", "--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", files.Cert, "--tls-key-file", files.Key,
+		"--tls-ca-cert-file", files.CA, "--tls-auth-clients", "no"}
+}
+
+// StartTLSSentinel starts one sentinel that speaks only TLS, with master's
+// certificate files, monitoring master under name (quorum 1) and reaching
+// it over TLS too (--tls-replication yes). It waits until the sentinel, asked
+// over TLS, names master.
+func StartTLSSentinel(t testing.TB, name string, master *TLSServer) *TLSServer {
+	t.Helper()
+	files := master.Files
+	conf := files.ClientConfig()
+	dir := t.TempDir()
+	confFile := filepath.Join(dir, "sentinel.conf")
+	s := launch(t, dir, func(port int, dir string) []string {
+		// A sentinel rewrites its config file, so each attempt starts from
+		// a fresh one, which must come first on the command line.
+		text := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n", name, master.Port())
+		if err := os.WriteFile(confFile, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a := append([]string{confFile, "--sentinel"}, fixedArgs(port, dir)...)
+		return append(append(a, tlsListen(files, port)...), "--tls-replication", "yes")
+	}, func(addr string) error { return tlsPing(addr, conf) })
+	want := fmt.Sprint([]any{"127.0.0.1", strconv.Itoa(master.Port())})
+	Poll(t, 10*time.Second, "TLS sentinel "+s.Addr()+" names its master", func() error {
+		r, err := Do(s.Addr(), &redis.Options{TLSConfig: conf}, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
+		if err != nil {
+			return err
+		}
+		if got := fmt.Sprint(r); got != want {
+			return fmt.Errorf("names %s, want %s", got, want)
+		}
+		return nil
+	})
 	return &TLSServer{Server: s, Files: files}
 }
 
