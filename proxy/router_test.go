@@ -119,46 +119,56 @@ func TestFenceAddsNoAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items on purpose under -race; run without -race (make test runs both)")
 	}
-	up, _ := url.Parse("http://127.0.0.1:1")
-	p, err := New(Options{Upstream: up, Routes: mustRoutes(t, ordersRoutes), Store: memstore.New(), Transport: cannedTransport{}})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name, routes, path, route string
+	}{
+		{"path parameter", ordersRoutes, "/orders/42", "order-writes"},
+		{"Host header", "routes:\n  - name: by-host\n    path: /h/{id}\n    resource: \"h/{header:Host}/{id}\"\n", "/h/7", "by-host"},
 	}
-	rt, rctx := p.router.match("PUT", "/orders/42")
-	p.router.release(rctx)
-	if rt.name != "order-writes" {
-		t.Fatalf("route %q", rt.name)
-	}
-	token := uint64(1 << 40)
-	var tokenBuf [20]byte
-	request := func() (*http.Request, *httptest.ResponseRecorder) {
-		token++
-		r := httptest.NewRequest("PUT", "/orders/42", nil)
-		r.Header["Fencing-Token"] = []string{string(strconv.AppendUint(tokenBuf[:0], token, 10))}
-		return r, httptest.NewRecorder()
-	}
-	whole := func() {
-		r, w := request()
-		p.ServeHTTP(w, r)
-		if w.Code != 200 {
-			t.Fatalf("status %d: %s", w.Code, w.Body)
-		}
-	}
-	forwardOnly := func() {
-		r, w := request()
-		rt.forward.ServeHTTP(w, r)
-		if w.Code != 200 {
-			t.Fatalf("status %d: %s", w.Code, w.Body)
-		}
-	}
-	whole() // the first request for a resource interns its name
-	forwardOnly()
-	base := testing.AllocsPerRun(1000, forwardOnly)
-	fenced := testing.AllocsPerRun(1000, whole)
-	if fenced != base {
-		t.Fatalf("a fenced request allocates %.0f times, the forward alone %.0f: the fence adds %.0f", fenced, base, fenced-base)
-	}
-	if base == 0 {
-		t.Fatal("the forward allocated nothing: the comparison measures nothing")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			up, _ := url.Parse("http://127.0.0.1:1")
+			p, err := New(Options{Upstream: up, Routes: mustRoutes(t, tc.routes), Store: memstore.New(), Transport: cannedTransport{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, rctx := p.router.match("PUT", tc.path)
+			p.router.release(rctx)
+			if rt.name != tc.route {
+				t.Fatalf("route %q", rt.name)
+			}
+			token := uint64(1 << 40)
+			var tokenBuf [20]byte
+			request := func() (*http.Request, *httptest.ResponseRecorder) {
+				token++
+				r := httptest.NewRequest("PUT", tc.path, nil)
+				r.Header["Fencing-Token"] = []string{string(strconv.AppendUint(tokenBuf[:0], token, 10))}
+				return r, httptest.NewRecorder()
+			}
+			whole := func() {
+				r, w := request()
+				p.ServeHTTP(w, r)
+				if w.Code != 200 {
+					t.Fatalf("status %d: %s", w.Code, w.Body)
+				}
+			}
+			forwardOnly := func() {
+				r, w := request()
+				rt.forward.ServeHTTP(w, r)
+				if w.Code != 200 {
+					t.Fatalf("status %d: %s", w.Code, w.Body)
+				}
+			}
+			whole() // the first request for a resource interns its name
+			forwardOnly()
+			base := testing.AllocsPerRun(1000, forwardOnly)
+			fenced := testing.AllocsPerRun(1000, whole)
+			if fenced != base {
+				t.Fatalf("a fenced request allocates %.0f times, the forward alone %.0f: the fence adds %.0f", fenced, base, fenced-base)
+			}
+			if base == 0 {
+				t.Fatal("the forward allocated nothing: the comparison measures nothing")
+			}
+		})
 	}
 }
