@@ -158,12 +158,20 @@ func (l *load) worker(ctx context.Context, w int) {
 		l.ops = append(l.ops, ops...)
 		l.mu.Unlock()
 	}()
+	// Worker 0 uses replica 0 only. The others pick a replica per request,
+	// so while one replica is frozen they all end up waiting on it; without
+	// a client that never does, whether the other replica kept serving
+	// (expectOtherServes) would depend on those random picks.
+	pick := func() int { return r.IntN(len(l.replicas)) }
+	if w == 0 {
+		pick = func() int { return 0 }
+	}
 	for seq := 0; ctx.Err() == nil; seq++ {
 		res := r.IntN(len(l.sources))
 		op := check.Op{
 			ID:       fmt.Sprintf("%s-%d-%d", l.prefix, w, seq),
 			Client:   w,
-			Replica:  r.IntN(len(l.replicas)),
+			Replica:  pick(),
 			Resource: resourceName(res),
 			Token:    l.sources[res].pick(r, l.clock.now()),
 			Greater:  r.Float64() < l.cfg.PGreater,
