@@ -1,4 +1,4 @@
--- KEYS[1..N] mark keys; ARGV[1], ARGV[2] token (canonical decimal uint64) and mode ("ge" >=, "gt" >) of KEYS[1], the same pair for each further key, then optionally "w" to write an unchanged mark too (for WAIT); returns {flag, mark} per key, flattened: 1 admitted or 0 stale with the mark as a decimal string, or -1 with an error text (corrupt mark)
+-- KEYS[1..N] mark keys; ARGV[1], ARGV[2] token (canonical decimal uint64) and mode ("ge" >=, "gt" >) of KEYS[1], the same pair for each further key, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT); returns {flag, mark} per key, flattened: 1 admitted or 0 stale with the mark as a decimal string, or -1 with an error text (corrupt mark)
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
@@ -81,6 +81,12 @@ for i = 1, n do
       end
       flag, result = 1, token
     else
+      -- With WAIT a refusal rewrites the mark it reports, for the same reason:
+      -- the acknowledgement then covers that mark too, so a refusal never
+      -- reports a mark a failover could still take back.
+      if w == 'w' then
+        redis.call('SET', key, mark)
+      end
       flag, result = 0, mark
     end
   end

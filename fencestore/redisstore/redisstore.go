@@ -129,9 +129,11 @@ func (s *Store) checkClient() {
 }
 
 // Admit runs the admission script on resource's key. With MinReplicas it then
-// waits for the replicas on the same connection, and reports an admission that
-// too few of them acknowledged as an error, not as admitted. A refusal needs no
-// acknowledgement: it forwards nothing.
+// waits for the replicas on the same connection, and reports a decision that
+// too few of them acknowledged as an error: not an admission, and not a
+// refusal either, since a refusal reports the mark, and a mark the replicas do
+// not have (written by an admission whose own WAIT failed) can be lost in a
+// failover after a client was told of it.
 func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
@@ -162,7 +164,7 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 	if err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
-	if wait == nil || !d.Admitted {
+	if wait == nil {
 		return d, nil
 	}
 	acked, err := wait.Result()

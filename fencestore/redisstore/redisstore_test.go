@@ -149,6 +149,22 @@ func info(t testing.TB, c *redis.Client, field string) string {
 	return ""
 }
 
+// setCalls is how many SETs the server has run, scripts' included.
+func setCalls(t testing.TB, c *redis.Client) int {
+	t.Helper()
+	s, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	for _, line := range strings.Split(s, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "cmdstat_set:calls="); ok {
+			n, _ := strconv.Atoi(v[:strings.IndexByte(v, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
 func TestConformanceMinReplicas(t *testing.T) {
 	primary, _ := startReplicated(t)
 	storetest.Run(t, func(t *testing.T) fencestore.Store {
@@ -402,6 +418,15 @@ func TestMinReplicas(t *testing.T) {
 		if after := info(t, pc, "master_repl_offset"); after == before {
 			t.Errorf("master_repl_offset stayed %s: the equal-token admission wrote nothing for WAIT to count", before)
 		}
+		// A refusal writes too (the script's SET is counted in commandstats):
+		// the acknowledgement must cover the mark it reports.
+		sets := setCalls(t, pc)
+		if d, err := s.Admit(ctx, "r", 4, fencestore.AtLeast); err != nil || d.Admitted || d.Mark != 5 {
+			t.Fatalf("Admit(4) at mark 5 = %+v, %v; want refused with mark 5", d, err)
+		}
+		if got := setCalls(t, pc); got != sets+1 {
+			t.Errorf("SET calls %d -> %d: the refusal did not rewrite its mark for WAIT to count", sets, got)
+		}
 		// Without MinReplicas the same admission writes nothing.
 		s0, prefix0 := newStore(t, primary, redisstore.Options{})
 		if _, err := s0.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil {
@@ -436,7 +461,7 @@ func TestMinReplicas(t *testing.T) {
 	})
 
 	t.Run("replica stopped", func(t *testing.T) {
-		s, _ := newStore(t, primary, redisstore.Options{MinReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+		s, prefix := newStore(t, primary, redisstore.Options{MinReplicas: 1, WaitTimeout: 100 * time.Millisecond})
 		replica.Stop()
 		defer replica.Cont()
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -453,6 +478,20 @@ func TestMinReplicas(t *testing.T) {
 			t.Errorf("Admit with the replica stopped took %v, want about the 100ms WaitTimeout", elapsed)
 		}
 		t.Logf("%v after %v", err, elapsed)
+
+		// The script set 7 on the primary; the replica does not have it. A
+		// lower token must not be told "stale, the mark is 7": a failover
+		// now would take 7 back. Unacknowledged, it is unavailable.
+		// The refusal comes from a store of its own, on the same keys: its
+		// connection has written nothing before, so only the refusal's own
+		// write makes WAIT wait for the replica.
+		fresh := redisstore.New(redis.NewClient(primary.Options()),
+			redisstore.Options{KeyPrefix: prefix, MinReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+		defer fresh.Close()
+		d, err = fresh.Admit(ctx, "r", 2, fencestore.AtLeast)
+		if !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ack) {
+			t.Fatalf("a refusal with the replica stopped = %+v, %v; want ErrUnavailable, unacknowledged", d, err)
+		}
 	})
 }
 

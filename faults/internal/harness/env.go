@@ -224,6 +224,9 @@ func (e *env) setup() error {
 	}
 	if e.rc != nil {
 		e.rd = newReader(e.rc, e.clock, "fence:", p.resources)
+		if e.sc.topo == sentinelWait {
+			e.rd.minReplicas = 1
+		}
 	}
 	return nil
 }

@@ -303,7 +303,11 @@ func failover(ctx context.Context, e *env) error {
 			if err := old.Restart(); err != nil {
 				return err
 			}
-			err := waitFor(old.Proc, 30*time.Second, old.Name+" replicates "+next.Addr(), func() error {
+			// Sentinel converts a returning old master only after it has
+			// reported its role for a while (8 s and an INFO round, every 10 s
+			// for a replica), longer on a loaded machine: once a CI run
+			// needed more than 30 s.
+			err := waitFor(old.Proc, 60*time.Second, old.Name+" replicates "+next.Addr(), func() error {
 				info, err := redisInfo(old.Addr(), "replication")
 				if err != nil {
 					return err

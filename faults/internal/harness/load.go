@@ -259,6 +259,12 @@ func (l *load) history() []check.Op {
 // store shows here even when no request happens to expose it.
 type reader struct {
 	c      redis.UniversalClient
+	// minReplicas, when above zero, keeps only the reads that many replicas
+	// have acknowledged: with FENCE_REDIS_MIN_REPLICAS only acknowledged marks
+	// are promised to survive a failover, and the primary also holds marks of
+	// admissions whose WAIT failed (answered 503), which a failover may take
+	// back. A read of those would count as a regression of the store.
+	minReplicas int
 	clock  clock
 	keys   []string
 	res    []string
@@ -282,7 +288,7 @@ func (rd *reader) read(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	call := rd.clock.now()
-	vals, err := rd.c.MGet(ctx, rd.keys...).Result()
+	vals, err := rd.mget(ctx)
 	ret := rd.clock.now()
 	if err != nil {
 		return err
@@ -302,6 +308,27 @@ func (rd *reader) read(timeout time.Duration) error {
 	rd.ops = append(rd.ops, ops...)
 	rd.mu.Unlock()
 	return nil
+}
+
+// mget reads every mark. With minReplicas it also publishes on the same
+// connection (PUBLISH is replicated and writes no key) and waits: the
+// replicas that acknowledge the publication have every write the read saw.
+func (rd *reader) mget(ctx context.Context) ([]any, error) {
+	if rd.minReplicas <= 0 {
+		return rd.c.MGet(ctx, rd.keys...).Result()
+	}
+	pipe := rd.c.Pipeline()
+	vals := pipe.MGet(ctx, rd.keys...)
+	pipe.Publish(ctx, "fenceproxy-faults-read", "")
+	wait := redis.NewIntCmd(ctx, "wait", rd.minReplicas, 200)
+	_ = pipe.Process(ctx, wait)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	if n := wait.Val(); n < int64(rd.minReplicas) {
+		return nil, fmt.Errorf("read acknowledged by %d replicas, want %d", n, rd.minReplicas)
+	}
+	return vals.Val(), nil
 }
 
 // snapshot reads the marks from the server at addr on a connection of its
