@@ -258,17 +258,17 @@ func (l *load) history() []check.Op {
 // snapshot), as operations of the history: a mark that goes backwards in the
 // store shows here even when no request happens to expose it.
 type reader struct {
-	c      redis.UniversalClient
+	c redis.UniversalClient
 	// minReplicas, when above zero, keeps only the reads that many replicas
 	// have acknowledged: with FENCE_REDIS_MIN_REPLICAS only acknowledged marks
 	// are promised to survive a failover, and the primary also holds marks of
 	// admissions whose WAIT failed (answered 503), which a failover may take
 	// back. A read of those would count as a regression of the store.
 	minReplicas int
-	clock  clock
-	keys   []string
-	res    []string
-	prefix string
+	clock       clock
+	keys        []string
+	res         []string
+	prefix      string
 
 	mu  sync.Mutex
 	ops []check.Op
