@@ -46,12 +46,7 @@ build
 
 for setting in "${SETTINGS[@]}"; do
   say "=== Redis $setting ($(redis_args "$setting")): ${TARGETS[*]}, $ROUNDS x wrk -c$CONNS -d$DURATION"
-  start_redis "$setting"
-  start_origin
-  start_goplain
-  start_nginx
-  ((LUA == 0)) || start_nginxlua
-  start_fenceproxy
+  start_stack "$setting"
 
   stale=$(check_fencing fenceproxy fence:)
   say "fenceproxy functional check: $stale"

@@ -73,6 +73,17 @@ select_targets() {
   TARGETS+=(fenceproxy)
 }
 
+# start_stack SETTING: a fresh Redis with SETTING and, in front of one origin,
+# every target select_targets chose.
+start_stack() {
+  start_redis "$1"
+  start_origin
+  start_goplain
+  start_nginx
+  ((LUA == 0)) || start_nginxlua
+  start_fenceproxy
+}
+
 check_tools() {
   local t missing=()
   for t in wrk redis-server redis-cli nginx curl "$GO" setsid pgrep timeout; do

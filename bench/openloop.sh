@@ -38,12 +38,7 @@ build
 
 for setting in "${SETTINGS[@]}"; do
   say "=== open loop, Redis $setting: ${TARGETS[*]} at $RATE req/s, $OL_DURATION each in $OL_ROUNDS rounds"
-  start_redis "$setting"
-  start_origin
-  start_goplain
-  start_nginx
-  ((LUA == 0)) || start_nginxlua
-  start_fenceproxy
+  start_stack "$setting"
   check=$(check_fencing fenceproxy fence:)
   [[ $check == ok ]] || die "fenceproxy functional check failed: $check"
   args=()

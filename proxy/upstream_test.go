@@ -516,3 +516,44 @@ func TestUpstreamIdleTimeout(t *testing.T) {
 		t.Fatalf("upstream connections = %d, want 2", n)
 	}
 }
+
+// An upstream that answers with something that is not an HTTP response, or
+// with a 101 nobody asked for, gets the client a 502 problem; its connection
+// is dropped, and the next request is served on a new one.
+func TestUpstreamMalformedResponse(t *testing.T) {
+	tests := []struct{ name, raw string }{
+		{"not HTTP", "garbage\r\n\r\n"},
+		{"bad status code", "HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n"},
+		{"unasked 101", "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n"},
+		{"header without colon", "HTTP/1.1 200 OK\r\nbroken header\r\nContent-Length: 0\r\n\r\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			up := newConnUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) > 1 {
+					echoBody(w, r)
+					return
+				}
+				_, _ = io.ReadAll(r.Body)
+				c, bw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_, _ = bw.WriteString(tc.raw)
+				_ = bw.Flush()
+			})
+			front, _ := frontOf(t, up.URL)
+			req, _ := http.NewRequest("PUT", front.URL+"/r", strings.NewReader("x"))
+			req.Header.Set("Fencing-Token", "1")
+			resp, body := send(t, front.Client(), req)
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%d %s %q, want a 502 problem", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			if code, body := put(t, front.Client(), front.URL, "/r", "y", 2); code != 200 || body != "PUT y" {
+				t.Fatalf("next request: %d %q", code, body)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/faults/check"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
 // The injections. Each waits (warmup before the first fault, gap between
@@ -268,8 +269,8 @@ func failover(ctx context.Context, e *env) error {
 			return err
 		}
 		old, next := e.master, e.replica
-		if mi, err := redisInfo(old.Addr(), "replication"); err == nil {
-			if ri, err := redisInfo(next.Addr(), "replication"); err == nil {
+		if mi, err := redistest.Info(old.Addr(), nil, "replication"); err == nil {
+			if ri, err := redistest.Info(next.Addr(), nil, "replication"); err == nil {
 				e.logf("before the kill: master offset %s, replica offset %s", mi["master_repl_offset"], ri["slave_repl_offset"])
 			}
 		}
@@ -308,7 +309,7 @@ func failover(ctx context.Context, e *env) error {
 			// for a replica), longer on a loaded machine: once a CI run
 			// needed more than 30 s.
 			err := waitFor(old.Proc, 60*time.Second, old.Name+" replicates "+next.Addr(), func() error {
-				info, err := redisInfo(old.Addr(), "replication")
+				info, err := redistest.Info(old.Addr(), nil, "replication")
 				if err != nil {
 					return err
 				}
@@ -316,7 +317,7 @@ func failover(ctx context.Context, e *env) error {
 					info["master_port"] != fmt.Sprint(next.Port) {
 					return fmt.Errorf("role %s link %s master_port %s", info["role"], info["master_link_status"], info["master_port"])
 				}
-				return waitAcks(next.Addr())
+				return redistest.WaitAcks(next.Addr())
 			})
 			if err != nil {
 				return err

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -9,15 +8,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
-// Modelled on fencestore/redisstore/redistest (which needs a testing.TB and
-// is being changed by others): the same command lines, readiness check and
-// process handling, returning errors instead of failing a test.
+// The servers are started as fencestore/redisstore/redistest starts them
+// (its FixedArgs, Ping, Do, Info, WaitAcks and internal/childproc), but by
+// the harness itself: redistest's Start and friends fail a testing.TB, and a
+// scenario needs errors it can report.
 
 func init() {
 	// go-redis prints each failed dial of the harness's own clients (the
@@ -59,7 +60,7 @@ func (h *Harness) startRedis(name string, extra ...string) (*Redis, error) {
 			return nil, err
 		}
 		args := append([]string{"--save", "", "--appendonly", "no"}, extra...)
-		args = append(args, fixedRedisArgs(port, dir)...)
+		args = append(args, redistest.FixedArgs(port, dir)...)
 		r := &Redis{Proc: &Proc{Name: name, Bin: bin, Args: args, Dir: dir, Log: filepath.Join(dir, "redis.log"), KillWithParent: true}, Port: port, Dir: dir}
 		if lastErr = h.launchRedis(r); lastErr == nil {
 			return r, nil
@@ -68,19 +69,12 @@ func (h *Harness) startRedis(name string, extra ...string) (*Redis, error) {
 	return nil, lastErr
 }
 
-// fixedRedisArgs come last, so that no caller's argument moves a server off
-// its port or directory.
-func fixedRedisArgs(port int, dir string) []string {
-	return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--daemonize", "no", "--logfile", ""}
-}
-
 func (h *Harness) launchRedis(r *Redis) error {
 	if err := r.Start(); err != nil {
 		return err
 	}
 	h.procs.add(r.Proc)
-	if err := waitFor(r.Proc, 10*time.Second, r.Name+" answers PING", func() error { return rawPing(r.Addr()) }); err != nil {
+	if err := waitFor(r.Proc, 10*time.Second, r.Name+" answers PING", func() error { return redistest.Ping(r.Addr()) }); err != nil {
 		_ = r.Kill()
 		return err
 	}
@@ -94,7 +88,7 @@ func (r *Redis) Restart() error {
 	if err := r.Start(); err != nil {
 		return err
 	}
-	return waitFor(r.Proc, 15*time.Second, r.Name+" answers PING after restart", func() error { return rawPing(r.Addr()) })
+	return waitFor(r.Proc, 15*time.Second, r.Name+" answers PING after restart", func() error { return redistest.Ping(r.Addr()) })
 }
 
 // copyOf starts a throwaway redis-server (AOF on) on a copy of r's files,
@@ -121,7 +115,7 @@ func (h *Harness) copyOf(r *Redis, name string) (*Redis, error) {
 		if err != nil {
 			return nil, err
 		}
-		args := append([]string{"--save", "", "--appendonly", "yes"}, fixedRedisArgs(port, dir)...)
+		args := append([]string{"--save", "", "--appendonly", "yes"}, redistest.FixedArgs(port, dir)...)
 		c := &Redis{Proc: &Proc{Name: name, Bin: bin, Args: args, Dir: dir, Log: filepath.Join(dir, "redis.log"), KillWithParent: true}, Port: port, Dir: dir}
 		if lastErr = h.launchRedis(c); lastErr == nil {
 			return c, nil
@@ -130,76 +124,11 @@ func (h *Harness) copyOf(r *Redis, name string) (*Redis, error) {
 	return nil, lastErr
 }
 
-// rawPing sends PING without a client library, so that nothing outlives
-// the check; -LOADING (an AOF being read back) is not ready.
-func rawPing(addr string) error {
-	line, err := rawCommand(addr, "PING")
-	if err != nil {
-		return err
-	}
-	if line != "+PONG" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
-}
-
-func rawCommand(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return "", err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(line), nil
-}
-
-// redisDo runs one command on a fresh connection with a one-second bound.
-func redisDo(addr string, args ...any) (any, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1,
-		ContextTimeoutEnabled: true, PoolSize: 1, DisableIdentity: true})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return c.Do(ctx, args...).Result()
-}
-
-// redisInfo returns the fields of an INFO section.
-func redisInfo(addr, section string) (map[string]string, error) {
-	r, err := redisDo(addr, "INFO", section)
-	if err != nil {
-		return nil, err
-	}
-	text, ok := r.(string)
-	if !ok {
-		return nil, fmt.Errorf("INFO %s: unexpected reply %T", section, r)
-	}
-	m := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":"); ok {
-			m[k] = v
-		}
-	}
-	return m, nil
-}
-
 // startReplica starts a server replicating from masterAddr (which may be a
 // toxiproxy in front of the master) and waits until its link is up and the
 // master counts its acknowledgements (WAIT), as redistest.StartReplica does.
 func (h *Harness) startReplica(name string, master *Redis, via string, extra ...string) (*Redis, error) {
-	_, _ = redisDo(master.Addr(), "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+	_, _ = redistest.Do(master.Addr(), nil, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
 	host, port, _ := net.SplitHostPort(via)
 	args := append([]string{"--repl-diskless-sync-delay", "0"}, extra...)
 	args = append(args, "--replicaof", host, port)
@@ -208,46 +137,16 @@ func (h *Harness) startReplica(name string, master *Redis, via string, extra ...
 		return nil, err
 	}
 	err = waitFor(r.Proc, 15*time.Second, name+" in sync with "+master.Addr(), func() error {
-		info, err := redisInfo(r.Addr(), "replication")
+		info, err := redistest.Info(r.Addr(), nil, "replication")
 		if err != nil {
 			return err
 		}
 		if info["master_link_status"] != "up" {
 			return fmt.Errorf("master_link_status %q", info["master_link_status"])
 		}
-		return waitAcks(master.Addr())
+		return redistest.WaitAcks(master.Addr())
 	})
 	return r, err
-}
-
-// waitAcks publishes on the master (propagated, leaves no key) and waits up
-// to 200ms until every connected replica acknowledges it.
-func waitAcks(master string) error {
-	info, err := redisInfo(master, "replication")
-	if err != nil {
-		return err
-	}
-	n, _ := strconv.Atoi(info["connected_slaves"])
-	if n == 0 {
-		return fmt.Errorf("%s has no connected replica", master)
-	}
-	c := redis.NewClient(&redis.Options{Addr: master, PoolSize: 1, MaxRetries: -1,
-		DialerRetries: 1, DisableIdentity: true, ContextTimeoutEnabled: true})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var acked *redis.IntCmd
-	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Publish(ctx, "faults:sync", "1")
-		acked = redis.NewIntCmd(ctx, "wait", n, 200)
-		return p.Process(ctx, acked)
-	}); err != nil {
-		return err
-	}
-	if acked.Val() < int64(n) {
-		return fmt.Errorf("%d of %d replicas acknowledged", acked.Val(), n)
-	}
-	return nil
 }
 
 // sentinelGroup is n sentinels monitoring one master.
@@ -293,7 +192,7 @@ func (h *Harness) startSentinels(n int, name string, master *Redis, downAfter, f
 			if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 				return nil, err
 			}
-			args := append([]string{conf, "--sentinel"}, fixedRedisArgs(port, dir)...)
+			args := append([]string{conf, "--sentinel"}, redistest.FixedArgs(port, dir)...)
 			s = &Redis{Proc: &Proc{Name: fmt.Sprintf("sentinel%d", i), Bin: bin, Args: args, Dir: dir,
 				Log: filepath.Join(dir, "sentinel.log"), KillWithParent: true}, Port: port, Dir: dir}
 			if lastErr = h.launchRedis(s); lastErr == nil {
@@ -305,28 +204,28 @@ func (h *Harness) startSentinels(n int, name string, master *Redis, downAfter, f
 		}
 		g.nodes = append(g.nodes, s)
 	}
-	info, err := redisInfo(master.Addr(), "replication")
+	info, err := redistest.Info(master.Addr(), nil, "replication")
 	if err != nil {
 		return nil, err
 	}
 	replicas, _ := strconv.Atoi(info["connected_slaves"])
 	for _, s := range g.nodes {
 		err := waitFor(s.Proc, 20*time.Second, s.Name+" sees its peers and the replicas", func() error {
-			peers, err := redisDo(s.Addr(), "SENTINEL", "SENTINELS", name)
+			peers, err := redistest.Do(s.Addr(), nil, "SENTINEL", "SENTINELS", name)
 			if err != nil {
 				return err
 			}
-			if got := replyLen(peers); got != n-1 {
+			if got := redistest.ReplyLen(peers); got != n-1 {
 				return fmt.Errorf("knows %d other sentinels, want %d", got, n-1)
 			}
-			reps, err := redisDo(s.Addr(), "SENTINEL", "REPLICAS", name)
+			reps, err := redistest.Do(s.Addr(), nil, "SENTINEL", "REPLICAS", name)
 			if err != nil {
 				return err
 			}
-			if got := replyLen(reps); got != replicas {
+			if got := redistest.ReplyLen(reps); got != replicas {
 				return fmt.Errorf("knows %d replicas, want %d", got, replicas)
 			}
-			_, err = redisDo(s.Addr(), "SENTINEL", "CKQUORUM", name)
+			_, err = redistest.Do(s.Addr(), nil, "SENTINEL", "CKQUORUM", name)
 			return err
 		})
 		if err != nil {
@@ -336,22 +235,12 @@ func (h *Harness) startSentinels(n int, name string, master *Redis, downAfter, f
 	return g, nil
 }
 
-func replyLen(r any) int {
-	switch v := r.(type) {
-	case []any:
-		return len(v)
-	case map[any]any:
-		return len(v)
-	}
-	return -1
-}
-
 // masters returns the master each sentinel names (an error for one that
 // does not answer).
 func (g *sentinelGroup) masters() ([]string, error) {
 	var out []string
 	for _, s := range g.nodes {
-		r, err := redisDo(s.Addr(), "SENTINEL", "GET-MASTER-ADDR-BY-NAME", g.name)
+		r, err := redistest.Do(s.Addr(), nil, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", g.name)
 		if err != nil {
 			return nil, err
 		}
@@ -377,7 +266,7 @@ func (g *sentinelGroup) waitMaster(want string, timeout time.Duration) error {
 				return fmt.Errorf("a sentinel names %s", m)
 			}
 		}
-		info, err := redisInfo(want, "replication")
+		info, err := redistest.Info(want, nil, "replication")
 		if err != nil {
 			return err
 		}

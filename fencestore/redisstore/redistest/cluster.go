@@ -41,7 +41,7 @@ func StartCluster(t testing.TB, n int, args ...string) *Cluster {
 			a := append([]string{"--save", "", "--appendonly", "no",
 				"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 				"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(bus)}, args...)
-			return append(a, fixedArgs(port, dir)...)
+			return append(a, FixedArgs(port, dir)...)
 		}, nil)
 		c.Nodes = append(c.Nodes, s)
 	}

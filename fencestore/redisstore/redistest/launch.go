@@ -55,9 +55,9 @@ func serverBin(t testing.TB) string {
 	return bin
 }
 
-// fixedArgs are the arguments every server started here ends with, so that
+// FixedArgs are the arguments every server started here ends with, so that
 // the caller's arguments cannot move it off its port or directory.
-func fixedArgs(port int, dir string) []string {
+func FixedArgs(port int, dir string) []string {
 	return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--daemonize", "no", "--logfile", ""}
 }

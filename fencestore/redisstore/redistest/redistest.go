@@ -44,7 +44,7 @@ type Server struct {
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	return launch(t, "", func(port int, dir string) []string {
-		return append(append([]string{"--save", "", "--appendonly", "no"}, args...), fixedArgs(port, dir)...)
+		return append(append([]string{"--save", "", "--appendonly", "no"}, args...), FixedArgs(port, dir)...)
 	}, nil)
 }
 
@@ -84,7 +84,7 @@ func (s *Server) waitPing(done <-chan struct{}) error {
 			return errors.New("exited before answering PING")
 		default:
 		}
-		check := ping
+		check := Ping
 		if s.ready != nil {
 			check = s.ready
 		}
@@ -98,7 +98,9 @@ func (s *Server) waitPing(done <-chan struct{}) error {
 	}
 }
 
-func ping(addr string) error {
+// Ping sends PING on a raw connection of its own, so that no client (and
+// none of its goroutines) outlives the check; -LOADING is not ready.
+func Ping(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err

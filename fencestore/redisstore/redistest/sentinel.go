@@ -39,20 +39,24 @@ func StartReplica(t testing.TB, master *Server, args ...string) *Server {
 		// first REPLCONF ACK, up to a second later: write something to the
 		// replication stream (PUBLISH is propagated, and leaves no key) and
 		// wait until every replica of the master acknowledges it.
-		return waitAcks(master)
+		return WaitAcks(master.Addr())
 	})
 	return r
 }
 
-// waitAcks publishes on the master and waits up to 200ms for all its
-// replicas to acknowledge.
-func waitAcks(master *Server) error {
-	minfo, err := Info(master.Addr(), nil, "replication")
+// WaitAcks publishes on the master at addr (PUBLISH is replicated and
+// leaves no key) and waits up to 200ms until every replica connected to it
+// has acknowledged; a master without a connected replica is an error.
+func WaitAcks(addr string) error {
+	minfo, err := Info(addr, nil, "replication")
 	if err != nil {
 		return err
 	}
 	n, _ := strconv.Atoi(minfo["connected_slaves"])
-	c := redis.NewClient(&redis.Options{Addr: master.Addr(), PoolSize: 1, MaxRetries: -1,
+	if n == 0 {
+		return fmt.Errorf("%s has no connected replica", addr)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1,
 		DialerRetries: 1, DisableIdentity: true, ContextTimeoutEnabled: true})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -118,7 +122,7 @@ func StartSentinels(t testing.TB, n int, name string, master *Server, opts Senti
 				t.Fatal(err)
 			}
 			// The config file must come first.
-			return append([]string{conf, "--sentinel"}, fixedArgs(port, dir)...)
+			return append([]string{conf, "--sentinel"}, FixedArgs(port, dir)...)
 		}, nil)
 		g.Nodes = append(g.Nodes, s)
 	}
@@ -133,14 +137,14 @@ func StartSentinels(t testing.TB, n int, name string, master *Server, opts Senti
 			if err != nil {
 				return err
 			}
-			if got := replyLen(peers); got != n-1 {
+			if got := ReplyLen(peers); got != n-1 {
 				return fmt.Errorf("knows %d other sentinels, want %d", got, n-1)
 			}
 			reps, err := Do(s.Addr(), nil, "SENTINEL", "REPLICAS", name)
 			if err != nil {
 				return err
 			}
-			if got := replyLen(reps); got != replicas {
+			if got := ReplyLen(reps); got != replicas {
 				return fmt.Errorf("knows %d replicas, want %d", got, replicas)
 			}
 			_, err = Do(s.Addr(), nil, "SENTINEL", "CKQUORUM", name)
@@ -150,7 +154,9 @@ func StartSentinels(t testing.TB, n int, name string, master *Server, opts Senti
 	return g
 }
 
-func replyLen(r any) int {
+// ReplyLen is the number of elements of an array or map reply, -1 for
+// anything else.
+func ReplyLen(r any) int {
 	switch v := r.(type) {
 	case []any:
 		return len(v)

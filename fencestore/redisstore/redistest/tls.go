@@ -123,14 +123,14 @@ func StartTLS(t testing.TB, files *TLSFiles, args ...string) *TLSServer {
 	conf := files.ClientConfig()
 	s := launch(t, "", func(port int, dir string) []string {
 		a := append([]string{"--save", "", "--appendonly", "no"}, args...)
-		a = append(a, fixedArgs(port, dir)...)
+		a = append(a, FixedArgs(port, dir)...)
 		return append(a, tlsListen(files, port)...)
 	}, func(addr string) error { return tlsPing(addr, conf) })
 	return &TLSServer{Server: s, Files: files}
 }
 
 // tlsListen closes the plain port and serves TLS on port; it comes after
-// fixedArgs, which opens the plain one.
+// FixedArgs, which opens the plain one.
 func tlsListen(files *TLSFiles, port int) []string {
 	return []string{"--port", "0", "--tls-port", strconv.Itoa(port),
 		"--tls-cert-file", files.Cert, "--tls-key-file", files.Key,
@@ -154,7 +154,7 @@ func StartTLSSentinel(t testing.TB, name string, master *TLSServer) *TLSServer {
 		if err := os.WriteFile(confFile, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		a := append([]string{confFile, "--sentinel"}, fixedArgs(port, dir)...)
+		a := append([]string{confFile, "--sentinel"}, FixedArgs(port, dir)...)
 		return append(append(a, tlsListen(files, port)...), "--tls-replication", "yes")
 	}, func(addr string) error { return tlsPing(addr, conf) })
 	want := fmt.Sprint([]any{"127.0.0.1", strconv.Itoa(master.Port())})
