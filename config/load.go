@@ -33,6 +33,7 @@ type rawEnv struct {
 	ShutdownTimeout string `env:"FENCE_SHUTDOWN_TIMEOUT" envDefault:"25s"`
 	LogLevel        string `env:"FENCE_LOG_LEVEL" envDefault:"info"`
 	AdminPprof      string `env:"FENCE_ADMIN_PPROF" envDefault:"false"`
+	BodyTimeout     string `env:"FENCE_BODY_TIMEOUT" envDefault:"60s"`
 
 	RedisURL      string `env:"FENCE_REDIS_URL"`
 	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS"`
@@ -44,6 +45,7 @@ type rawEnv struct {
 	MinReplicas   string `env:"FENCE_REDIS_MIN_REPLICAS" envDefault:"0"`
 	WaitTimeout   string `env:"FENCE_REDIS_WAIT_TIMEOUT" envDefault:"100ms"`
 	Eviction      string `env:"FENCE_REDIS_EVICTION" envDefault:"refuse"`
+	Persistence   string `env:"FENCE_REDIS_PERSISTENCE" envDefault:"warn"`
 }
 
 // Environ turns kv, as os.Environ returns it ("KEY=value" entries), into the
@@ -83,6 +85,7 @@ func Load(environ map[string]string) (*Config, error) {
 	bad := func(variable, format string, args ...any) {
 		problems = append(problems, errors.New(variable+": "+fmt.Sprintf(format, args...)))
 	}
+	checkUnknown(environ, bad)
 	c := &Config{
 		BoltPath:   raw.BoltPath,
 		RoutesFile: raw.RoutesFile,
@@ -109,6 +112,7 @@ func Load(environ map[string]string) (*Config, error) {
 
 	c.StoreTimeout = parsePositiveDuration("FENCE_STORE_TIMEOUT", raw.StoreTimeout, bad)
 	c.ShutdownTimeout = parsePositiveDuration("FENCE_SHUTDOWN_TIMEOUT", raw.ShutdownTimeout, bad)
+	c.BodyTimeout = parsePositiveDuration("FENCE_BODY_TIMEOUT", raw.BodyTimeout, bad)
 	if b, err := strconv.ParseBool(raw.AdminPprof); err != nil {
 		bad("FENCE_ADMIN_PPROF", "%q is not a boolean (true or false)", raw.AdminPprof)
 	} else {
@@ -150,6 +154,12 @@ func Load(environ map[string]string) (*Config, error) {
 		c.Redis.Eviction = e
 	default:
 		bad("FENCE_REDIS_EVICTION", "%q must be refuse, warn or off", raw.Eviction)
+	}
+	switch p := Persistence(raw.Persistence); p {
+	case PersistenceWarn, PersistenceRefuse, PersistenceOff:
+		c.Redis.Persistence = p
+	default:
+		bad("FENCE_REDIS_PERSISTENCE", "%q must be warn, refuse or off", raw.Persistence)
 	}
 	if raw.TLSCAFile != "" {
 		if err := checkCAFile(raw.TLSCAFile); err != nil {

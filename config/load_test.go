@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,8 @@ func TestLoadDefaults(t *testing.T) {
 				"FENCE_SHUTDOWN_TIMEOUT", "FENCE_LOG_LEVEL", "FENCE_REDIS_SENTINEL_ADDRS",
 				"FENCE_REDIS_MASTER_NAME", "FENCE_REDIS_CLUSTER_ADDRS", "FENCE_REDIS_USERNAME",
 				"FENCE_REDIS_PASSWORD", "FENCE_REDIS_TLS_CA_FILE", "FENCE_REDIS_MIN_REPLICAS",
-				"FENCE_REDIS_WAIT_TIMEOUT", "FENCE_REDIS_EVICTION",
+				"FENCE_REDIS_WAIT_TIMEOUT", "FENCE_REDIS_EVICTION", "FENCE_REDIS_PERSISTENCE",
+				"FENCE_BODY_TIMEOUT",
 			} {
 				env[k] = ""
 			}
@@ -91,12 +93,14 @@ func TestLoadDefaults(t *testing.T) {
 				KeyPrefix:       "fence:",
 				StoreTimeout:    500 * time.Millisecond,
 				ShutdownTimeout: 25 * time.Second,
+				BodyTimeout:     60 * time.Second,
 				LogLevel:        zapcore.InfoLevel,
 				Redis: Redis{
 					MasterName:  "mymaster",
 					MinReplicas: 0,
 					WaitTimeout: 100 * time.Millisecond,
 					Eviction:    EvictionRefuse,
+					Persistence: PersistenceWarn,
 				},
 				Routes: DefaultRoutes(),
 			}
@@ -482,4 +486,64 @@ func writeCA(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// A misspelled variable is a configuration error naming it and the closest
+// known name: FENCE_REDIS_ULR once started a replica on its own bolt file.
+func TestLoadUnknownVariable(t *testing.T) {
+	for _, tc := range []struct {
+		name, variable, want string
+	}{
+		{"transposed", "FENCE_REDIS_ULR", "FENCE_REDIS_ULR: unknown variable; did you mean FENCE_REDIS_URL?"},
+		{"missing letter", "FENCE_STORE_TIMOUT", "did you mean FENCE_STORE_TIMEOUT?"},
+		{"wrong case word", "FENCE_ROUTE_FILE", "did you mean FENCE_ROUTES_FILE?"},
+		{"nothing near", "FENCE_XYZZY_PLUGH_FROBNICATE", "FENCE_XYZZY_PLUGH_FROBNICATE: unknown variable (fenceproxy reads: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(withUpstream(map[string]string{tc.variable: "x"}))
+			requireProblems(t, err, tc.want)
+		})
+	}
+}
+
+// Kubernetes injects service-link variables for a Service named fence or
+// fence-*; they are a neighbour's, not a misspelling, and must not stop the
+// pod.
+func TestLoadIgnoresServiceLinks(t *testing.T) {
+	env := withUpstream(map[string]string{
+		"FENCE_SERVICE_HOST":              "10.0.0.1",
+		"FENCE_SERVICE_PORT":              "80",
+		"FENCE_SERVICE_PORT_HTTP":         "80",
+		"FENCE_PORT":                      "tcp://10.0.0.1:80",
+		"FENCE_PORT_80_TCP":               "tcp://10.0.0.1:80",
+		"FENCE_PORT_80_TCP_ADDR":          "10.0.0.1",
+		"FENCE_REDIS_SERVICE_HOST":        "10.0.0.2",
+		"FENCE_REDIS_PORT_6379_TCP_PROTO": "tcp",
+		"FENCE_REDIS_PORT":                "tcp://10.0.0.2:6379",
+	})
+	if _, err := Load(env); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKnownVariablesCoverTheEnvironment(t *testing.T) {
+	for _, v := range []string{"FENCE_UPSTREAM_URL", "FENCE_REDIS_PERSISTENCE", "FENCE_BODY_TIMEOUT", "FENCE_REDIS_EVICTION"} {
+		if !slices.Contains(KnownVariables(), v) {
+			t.Errorf("KnownVariables lacks %s", v)
+		}
+	}
+}
+
+func TestLoadPersistenceAndBodyTimeout(t *testing.T) {
+	_, err := Load(withUpstream(map[string]string{"FENCE_REDIS_PERSISTENCE": "always", "FENCE_BODY_TIMEOUT": "0s"}))
+	requireProblems(t, err,
+		`FENCE_REDIS_PERSISTENCE: "always" must be warn, refuse or off`,
+		`FENCE_BODY_TIMEOUT: "0s" must be greater than 0`)
+	c, err := Load(withUpstream(map[string]string{"FENCE_REDIS_PERSISTENCE": "refuse", "FENCE_BODY_TIMEOUT": "5s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Redis.Persistence != PersistenceRefuse || c.BodyTimeout != 5*time.Second {
+		t.Errorf("got %q %v", c.Redis.Persistence, c.BodyTimeout)
+	}
 }

@@ -33,6 +33,7 @@ type Config struct {
 	ShutdownTimeout time.Duration // FENCE_SHUTDOWN_TIMEOUT (> 0): bound on draining at SIGTERM
 	LogLevel        zapcore.Level // FENCE_LOG_LEVEL
 	AdminPprof      bool          // FENCE_ADMIN_PPROF: serve net/http/pprof on the admin port
+	BodyTimeout     time.Duration // FENCE_BODY_TIMEOUT (> 0): bound on reading one request body from the client
 	Redis           Redis
 	Routes          Routes // from RoutesFile, or DefaultRoutes()
 }
@@ -50,6 +51,7 @@ type Redis struct {
 	MinReplicas   int           // FENCE_REDIS_MIN_REPLICAS (>= 0)
 	WaitTimeout   time.Duration // FENCE_REDIS_WAIT_TIMEOUT (> 0)
 	Eviction      Eviction      // FENCE_REDIS_EVICTION
+	Persistence   Persistence   // FENCE_REDIS_PERSISTENCE
 }
 
 // Eviction says what to do when Redis could evict marks (maxmemory-policy).
@@ -60,6 +62,17 @@ const (
 	EvictionRefuse Eviction = "refuse"
 	EvictionWarn   Eviction = "warn"
 	EvictionOff    Eviction = "off"
+)
+
+// Persistence says what to do when Redis does not persist every write before
+// answering (appendonly no, or appendfsync other than always).
+type Persistence string
+
+// The FENCE_REDIS_PERSISTENCE values.
+const (
+	PersistenceWarn   Persistence = "warn"
+	PersistenceRefuse Persistence = "refuse"
+	PersistenceOff    Persistence = "off"
 )
 
 // Routes is the route table: the routes in file order and the rule for a

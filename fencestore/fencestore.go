@@ -101,3 +101,16 @@ func (e *unavailableError) Error() string { return ErrUnavailable.Error() + ": "
 func (e *unavailableError) Unwrap() []error {
 	return []error{ErrUnavailable, e.err}
 }
+
+// UnsafeError reports a store that answers but that fenceproxy was told not
+// to admit against, because a setting of it can lose marks (Redis's
+// maxmemory-policy or persistence, with FENCE_REDIS_EVICTION or
+// FENCE_REDIS_PERSISTENCE at refuse). It wraps ErrUnavailable: the request is
+// refused with 503 and nothing is forwarded. Reason names the setting and is
+// safe to show to a client: it holds no address and no credential.
+type UnsafeError struct{ Reason string }
+
+func (e *UnsafeError) Error() string { return "fence store refused as unsafe: " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrUnavailable) hold.
+func (e *UnsafeError) Unwrap() error { return ErrUnavailable }
