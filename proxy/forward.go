@@ -42,7 +42,7 @@ func NewTransport() http.RoundTripper {
 // Director: Rewrite runs after hop-by-hop headers are stripped, so nothing the
 // client lists in Connection can remove what Rewrite sets (golang/go#50580).
 // The handler has already refused a Connection header naming the token.
-func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *routeMetrics) *httputil.ReverseProxy {
+func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *routeMetrics, route string) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)

@@ -32,6 +32,10 @@ type Options struct {
 	Metrics *Metrics
 	// Transport forwards admitted requests. If nil, NewTransport().
 	Transport http.RoundTripper
+	// BodyTimeout bounds reading one request body from the client, from the
+	// moment the handler starts; past it the read fails and nothing more of
+	// the body reaches the upstream. If zero, 60s.
+	BodyTimeout time.Duration
 }
 
 // Proxy is the fencing reverse proxy, an http.Handler.
@@ -73,7 +77,7 @@ func New(o Options) (*Proxy, error) {
 	// handler then counts upstream failures for its route without a
 	// per-request context value.
 	for _, r := range rt.all() {
-		r.forward = newForwarder(o.Upstream, o.Transport, o.Logger.With(zap.String("route", r.name)), r.metrics)
+		r.forward = newForwarder(o.Upstream, o.Transport, o.Logger.With(zap.String("route", r.name)), r.metrics, r.name)
 	}
 	p := &Proxy{
 		router:       rt,
