@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -46,4 +47,23 @@ func checkTokenHeader(name string) error {
 		}
 	}
 	return nil
+}
+
+// forwardingHeaders are set by the forwarding itself: the reverse proxy drops
+// what the client sent and writes its own (X-Forwarded-For appends the
+// client's address).
+var forwardingHeaders = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"}
+
+// unseenHeader says why the upstream does not receive header name (canonical
+// form) as the client sent it, or "" when it does. A resource template may
+// not read such a header: the fence would name one resource and the upstream
+// serve another. Host is kept: the proxy forwards the client's Host.
+func unseenHeader(name string) string {
+	if slices.Contains(forwardingHeaders, name) {
+		return name + " is rewritten by the forwarding"
+	}
+	if name != "Host" && slices.ContainsFunc(reservedHeaders, func(h string) bool { return strings.EqualFold(h, name) }) {
+		return name + " is a hop-by-hop or framing header that the forwarding removes or rewrites"
+	}
+	return ""
 }

@@ -10,10 +10,19 @@ import (
 	"strings"
 )
 
+// uintType is the parameter type {name:uint}: a canonical unsigned integer.
+const uintType = "uint"
+
 // pattern is a parsed chi routing pattern.
 type pattern struct {
 	params   []string // parameter names, in order
+	uints    []string // the parameters typed {name:uint}
 	wildcard bool     // the pattern ends in "/*"
+	// chi is the pattern as chi matches it: {name:uint} is {name}, a plain
+	// parameter, so that every spelling of a number reaches the route and a
+	// non-canonical one ("07", "+7") is refused there rather than escaping
+	// to another rule.
+	chi string
 	// key is the pattern with parameter names erased ("/orders/{}",
 	// "/orders/{:[0-9]+}"): two patterns with the same key match the same
 	// requests.
@@ -32,6 +41,10 @@ type pattern struct {
 // does: an empty segment ("//"), a "." or ".." segment, a trailing slash
 // (except "/" itself), ';', '\\', '?', '#' or a control character. Every
 // valid pattern can be registered with chi without a panic.
+//
+// {name:uint} is not a regular expression but a type: the segment must be a
+// canonical unsigned integer (the proxy refuses "07", "+7" or "7.0" with 400,
+// since frameworks parse those as 7 and they would escape the mark of "7").
 func PatternParams(pattern string) ([]string, error) {
 	p, err := parsePattern(pattern)
 	if err != nil {
@@ -49,7 +62,7 @@ func parsePattern(s string) (pattern, error) {
 	if s[0] != '/' {
 		return p, fmt.Errorf("%q must start with '/'", s)
 	}
-	var key, skeleton strings.Builder // skeleton: every parameter as "{}"
+	var key, skeleton, chi strings.Builder // skeleton: every parameter as "{}"
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
@@ -69,7 +82,11 @@ func parsePattern(s string) (pattern, error) {
 				return p, fmt.Errorf("%q: parameter {%s} appears twice", s, name)
 			}
 			key.WriteByte('{')
-			if isRegexp {
+			chi.WriteString("{" + name)
+			switch {
+			case isRegexp && expr == uintType:
+				p.uints = append(p.uints, name)
+			case isRegexp:
 				if expr == "" {
 					return p, fmt.Errorf("%q: parameter {%s:} has an empty regular expression", s, name)
 				}
@@ -77,8 +94,10 @@ func parsePattern(s string) (pattern, error) {
 					return p, fmt.Errorf("%q: parameter {%s}: invalid regular expression: %s", s, name, regexpProblem(err))
 				}
 				key.WriteString(":" + expr)
+				chi.WriteString(":" + expr)
 			}
 			key.WriteByte('}')
+			chi.WriteByte('}')
 			skeleton.WriteString("{}")
 			p.params = append(p.params, name)
 			i = end + 1
@@ -97,6 +116,7 @@ func parsePattern(s string) (pattern, error) {
 		}
 		key.WriteByte(c)
 		skeleton.WriteByte(c)
+		chi.WriteByte(c)
 		i++
 	}
 	sk := skeleton.String()
@@ -114,7 +134,30 @@ func parsePattern(s string) (pattern, error) {
 		}
 	}
 	p.key = key.String()
+	p.chi = chi.String()
 	return p, nil
+}
+
+// foldPattern folds the literal text of a chi pattern with FoldPath, leaving
+// what is inside braces (names, regular expressions) as written: a
+// case-insensitive route matches the folded request path.
+func foldPattern(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if s[i] == '{' {
+			end := closingBrace(s, i)
+			b.WriteString(s[i : end+1])
+			i = end + 1
+			continue
+		}
+		end := strings.IndexByte(s[i:], '{')
+		if end < 0 {
+			end = len(s) - i
+		}
+		b.WriteString(FoldPath(s[i : i+end]))
+		i += end
+	}
+	return b.String()
 }
 
 // regexpProblem describes a regexp.Compile error on one line.

@@ -17,9 +17,6 @@ import (
 // methods key is absent.
 var defaultMethods = []string{"POST", "PUT", "PATCH", "DELETE"}
 
-// knownMethods are the methods a routes file may name.
-var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
-
 // DefaultRoutes returns the route table used without a routes file: no
 // routes, and a default rule fencing POST, PUT, PATCH and DELETE against the
 // single resource "default" with compare ">=" and a required token.
@@ -37,12 +34,14 @@ func DefaultRoutes() Routes {
 type rawFile struct {
 	Routes  []rawRoute `yaml:"routes"`
 	Default *rawRule   `yaml:"default"`
+	Case    *string    `yaml:"case"` // the routes' default for their own case key
 }
 
 // rawRoute is one entry of the routes file as written.
 type rawRoute struct {
-	Name    string `yaml:"name"`
-	Path    string `yaml:"path"`
+	Name    string  `yaml:"name"`
+	Path    string  `yaml:"path"`
+	Case    *string `yaml:"case"` // sensitive | insensitive
 	rawRule `yaml:",inline"`
 }
 
@@ -116,6 +115,14 @@ func parseRoutes(data []byte) (Routes, []error) {
 
 	// Pass 3: the meaning of what was decoded.
 	var rs Routes
+	defaultInsensitive := false
+	if raw.Case != nil {
+		insensitive, err := parseCase(*raw.Case)
+		if err != nil {
+			problems = append(problems, err)
+		}
+		defaultInsensitive = insensitive
+	}
 	names := map[string]int{}    // route name -> index of its first use
 	patterns := map[string]int{} // method + " " + pattern key -> route index
 	for i, r := range raw.Routes {
@@ -149,11 +156,27 @@ func parseRoutes(data []byte) (Routes, []error) {
 			pat = &p
 		}
 		route := buildRule(Route{Name: r.Name, Path: r.Path}, r.rawRule, ruleScope{path: pat}, bad)
+		route.CaseInsensitive = defaultInsensitive
+		if r.Case != nil {
+			insensitive, err := parseCase(*r.Case)
+			if err != nil {
+				bad("%v", err)
+			}
+			route.CaseInsensitive = insensitive
+		}
 		if pat != nil {
+			route.Pattern, route.UintParams = pat.chi, pat.uints
+			key := pat.key
+			if route.CaseInsensitive {
+				// Matched on the folded path, in a table of its own: it
+				// clashes with routes whose folded patterns are the same.
+				route.Pattern = foldPattern(pat.chi)
+				key = "insensitive " + foldPattern(pat.key)
+			}
 			clash := map[int][]string{} // earlier route -> the methods it shares
 			var clashOrder []int
 			for _, m := range route.Methods {
-				k := m + " " + pat.key
+				k := m + " " + key
 				j, dup := patterns[k]
 				if !dup {
 					patterns[k] = i
@@ -204,10 +227,14 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 			bad("methods: empty (omit the key for POST, PUT, PATCH, DELETE)")
 		}
 		for _, m := range raw.Methods {
+			// Any method token may be fenced (MERGE, WebDAV's MKCOL, MOVE,
+			// COPY, PROPPATCH, LOCK, ...). Methods are case-sensitive on the
+			// wire; the file's spelling is upper-cased, and the proxy refuses
+			// a request whose method is fenced only once upper-cased.
 			up := strings.ToUpper(m)
 			switch {
-			case !slices.Contains(knownMethods, up):
-				bad("methods: %q is not one of %s", m, strings.Join(knownMethods, " "))
+			case !validHeaderName(m):
+				bad("methods: %q is not an HTTP method (a token such as PUT or MKCOL)", m)
 			case slices.Contains(r.Methods, up):
 				bad("methods: %s listed twice", up)
 			default:
@@ -278,6 +305,17 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 		}
 	}
 	return r
+}
+
+// parseCase reads a case key: whether paths match without regard to case.
+func parseCase(v string) (insensitive bool, err error) {
+	switch v {
+	case "sensitive":
+		return false, nil
+	case "insensitive":
+		return true, nil
+	}
+	return false, fmt.Errorf("case: %q must be sensitive or insensitive", v)
 }
 
 // routeLabel names route i in an error message.

@@ -49,12 +49,12 @@ default:
 	want := Routes{
 		Routes: []Route{
 			{
-				Name: "order-writes", Methods: []string{"PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID}", Fence: true,
+				Name: "order-writes", Methods: []string{"PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID}", Pattern: "/orders/{orderID}", Fence: true,
 				Resource: Template{Raw: "orders/{orderID}", Parts: []Part{lit("orders/"), param("orderID")}},
 				Compare:  CompareAtLeast,
 			},
 			{
-				Name: "order-items", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID:[0-9]+}/items/{item}", Fence: true,
+				Name: "order-items", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID:[0-9]+}/items/{item}", Pattern: "/orders/{orderID:[0-9]+}/items/{item}", Fence: true,
 				Resource: Template{
 					Raw: "tenants/{header:X-Tenant}/orders/{orderID}/{item}?v={query:version}",
 					Parts: []Part{
@@ -66,13 +66,13 @@ default:
 				TokenOptional: true,
 			},
 			{
-				Name: "files.v2", Methods: []string{"POST"}, Path: "/files/*", Fence: true,
+				Name: "files.v2", Methods: []string{"POST"}, Path: "/files/*", Pattern: "/files/*", Fence: true,
 				Resource: Template{Raw: "files/{*}", Parts: []Part{lit("files/"), param("*")}},
 				Compare:  CompareAtLeast,
 			},
-			{Name: "reports", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/reports/*"},
+			{Name: "reports", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/reports/*", Pattern: "/reports/*"},
 			{
-				Name: "reports_get", Methods: []string{"GET"}, Path: "/reports/*", Fence: true,
+				Name: "reports_get", Methods: []string{"GET"}, Path: "/reports/*", Pattern: "/reports/*", Fence: true,
 				Resource: Template{Raw: "reports", Parts: []Part{lit("reports")}},
 				Compare:  CompareAtLeast,
 			},
@@ -97,7 +97,7 @@ func TestParseRoutesDefaults(t *testing.T) {
 	}{
 		{"one route, no default", "routes:\n  - {name: a, path: /a, resource: a}\n", Routes{
 			Routes: []Route{{
-				Name: "a", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/a", Fence: true,
+				Name: "a", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/a", Pattern: "/a", Fence: true,
 				Resource: Template{Raw: "a", Parts: []Part{lit("a")}}, Compare: CompareAtLeast,
 			}},
 			Default: DefaultRoutes().Default,
@@ -199,8 +199,16 @@ func TestParseRoutesInvalid(t *testing.T) {
 			[]string{`route "writes": path: "/o/*/x": '*' is allowed only as the final segment "/*"`}},
 		{"fence false with resource", route("name: writes", "path: /w", "fence: false", "resource: w", "token: optional"),
 			[]string{`route "writes": fence: false contradicts resource, token`}},
-		{"bad method", route("name: writes", "path: /w", "resource: w", "methods: [PUT, FETCH]"),
-			[]string{`route "writes": methods: "FETCH" is not one of GET HEAD POST PUT PATCH DELETE OPTIONS TRACE CONNECT`}},
+		{"bad method", route("name: writes", "path: /w", "resource: w", `methods: [PUT, "FE TCH"]`),
+			[]string{`route "writes": methods: "FE TCH" is not an HTTP method (a token such as PUT or MKCOL)`}},
+		{"bad case", route("name: writes", "path: /w", "resource: w", "case: upper"),
+			[]string{`route "writes": case: "upper" must be sensitive or insensitive`}},
+		{"forwarded header", route("name: writes", "path: /w", "resource: w/{header:x-forwarded-host}"),
+			[]string{`{header:x-forwarded-host}: X-Forwarded-Host is rewritten by the forwarding, so the upstream would not see the value that named the resource`}},
+		{"Forwarded header", route("name: writes", "path: /w", "resource: w/{header:Forwarded}"),
+			[]string{`Forwarded is rewritten by the forwarding`}},
+		{"hop-by-hop header", route("name: writes", "path: /w", "resource: w/{header:Upgrade}"),
+			[]string{`Upgrade is a hop-by-hop or framing header that the forwarding removes or rewrites`}},
 		{"duplicate method", route("name: writes", "path: /w", "resource: w", "methods: [PUT, put]"),
 			[]string{`route "writes": methods: PUT listed twice`}},
 		{"empty methods", route("name: writes", "path: /w", "resource: w", "methods: []"),
@@ -259,5 +267,70 @@ default:
 	requireProblems(t, err, wants...)
 	if lines := problemLines(t, err); len(lines) != len(wants) {
 		t.Errorf("want %d problems, got %d:\n%v", len(wants), len(lines), err)
+	}
+}
+
+// Spellings that frameworks read as the same request must be expressible in
+// the routes file: any method token, numeric ids, case-insensitive paths.
+func TestParseRoutesSpellings(t *testing.T) {
+	rs, err := ParseRoutes([]byte(`
+case: insensitive
+routes:
+  - name: dav
+    path: /Files/{name}
+    methods: [MKCOL, move, COPY, PROPPATCH, LOCK, MERGE]
+    resource: files/{name}
+  - name: orders
+    path: /orders/{id:uint}/Items/{item:[A-Z]+}
+    case: sensitive
+    resource: orders/{id}/{item}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dav, orders := rs.Routes[0], rs.Routes[1]
+	if want := []string{"MKCOL", "MOVE", "COPY", "PROPPATCH", "LOCK", "MERGE"}; !reflect.DeepEqual(dav.Methods, want) {
+		t.Errorf("methods %q, want %q", dav.Methods, want)
+	}
+	if !dav.CaseInsensitive || dav.Pattern != "/files/{name}" {
+		t.Errorf("dav: insensitive %v pattern %q, want the file's default and a folded pattern", dav.CaseInsensitive, dav.Pattern)
+	}
+	if orders.CaseInsensitive || orders.Pattern != "/orders/{id}/Items/{item:[A-Z]+}" || !reflect.DeepEqual(orders.UintParams, []string{"id"}) {
+		t.Errorf("orders: insensitive %v pattern %q uints %q", orders.CaseInsensitive, orders.Pattern, orders.UintParams)
+	}
+}
+
+func TestParseRoutesCaseClashes(t *testing.T) {
+	_, err := ParseRoutes([]byte(`
+routes:
+  - {name: a, path: "/Orders/{id}", case: insensitive, resource: a}
+  - {name: b, path: "/orders/{x}", case: insensitive, resource: b}
+  - {name: c, path: "/orders/{x}", resource: c}
+`))
+	requireProblems(t, err, `route "b": path: POST, PUT, PATCH, DELETE /orders/{x} has the same method and pattern as route "a"`)
+	if n := len(problemLines(t, err)); n != 1 {
+		t.Errorf("%d problems, want only b's (c is case-sensitive: a table of its own): %v", n, err)
+	}
+	_, err = ParseRoutes([]byte("case: upper\nroutes: [{name: a, path: /a, resource: a}]\n"))
+	requireProblems(t, err, `case: "upper" must be sensitive or insensitive`)
+}
+
+func TestFoldPath(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/orders/7", "/orders/7"},
+		{"/ORDERS/Ab", "/orders/ab"},
+		{"/\u212a", "/k"},                              // Kelvin sign folds with K and k
+		{"/\u017f", "/s"},                              // long s folds with S and s
+		{"/\u00e9", "/\u00c9"},                         // é and É share one representative
+		{"/\u00c9", "/\u00c9"},                         //
+		{"/a\xffB", "/a\xffb"},                         // bytes that are not UTF-8 are kept
+		{"/\u03a3\u03c3\u03c2", "/\u03a3\u03a3\u03a3"}, // all three sigmas
+	} {
+		if got := FoldPath(tc.in); got != tc.want {
+			t.Errorf("FoldPath(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if got := FoldPath(FoldPath(tc.in)); got != FoldPath(tc.in) {
+			t.Errorf("FoldPath is not idempotent on %q", tc.in)
+		}
 	}
 }

@@ -81,7 +81,11 @@ func parsePlaceholder(body string, params []string, allowWildcard bool) (Part, e
 		if !validHeaderName(arg) {
 			return Part{}, fmt.Errorf("{%s}: %q is not a valid header name", body, arg)
 		}
-		return Part{Kind: PartHeader, Value: textproto.CanonicalMIMEHeaderKey(arg)}, nil
+		name := textproto.CanonicalMIMEHeaderKey(arg)
+		if why := unseenHeader(name); why != "" {
+			return Part{}, fmt.Errorf("{%s}: %s, so the upstream would not see the value that named the resource", body, why)
+		}
+		return Part{Kind: PartHeader, Value: name}, nil
 	case kind == "query":
 		if arg == "" {
 			return Part{}, fmt.Errorf("{%s}: empty query parameter name", body)

@@ -96,7 +96,17 @@ const (
 type Route struct {
 	Name    string
 	Methods []string // upper case, no duplicates; the methods this route fences
-	Path    string   // chi pattern; "" for the default rule
+	Path    string   // chi pattern as written; "" for the default rule
+	// Pattern is Path as the router registers it: {name:uint} as {name}, and
+	// for a case-insensitive route its literal text folded (FoldPath).
+	Pattern string
+	// UintParams are the path parameters typed {name:uint}: the proxy
+	// refuses a request whose segment is not a canonical unsigned integer.
+	UintParams []string
+	// CaseInsensitive routes are matched against the folded request path
+	// (FoldPath), so their path parameters, and with them the resource
+	// name, are folded too.
+	CaseInsensitive bool
 	// Fence is false for a route that forwards with no check; the fields below
 	// are then zero.
 	Fence    bool

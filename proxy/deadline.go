@@ -21,26 +21,37 @@ const deadlineGrain = time.Millisecond
 // client that leaves mid-admission does not abort it. That changes nothing a
 // client could see (it is gone), and the store's work is bounded by the
 // timeout either way.
+//
+// Time is measured on the monotonic clock, as an offset from the moment the
+// sharedDeadline was made: a wall clock stepped backwards (NTP, a VM resumed)
+// must not keep handing out a context whose deadline has passed.
 type sharedDeadline struct {
 	timeout time.Duration
+	epoch   time.Time // with a monotonic reading: time.Now()
 	cur     atomic.Pointer[deadlineCtx]
 }
 
 type deadlineCtx struct {
 	context.Context
 	cancel context.CancelFunc // run by the context's own timer at the deadline
-	until  int64              // UnixNano: requests starting before this take it
+	until  time.Duration      // since epoch: requests starting before this take it
 }
 
-// context returns the admission context for a request that started at now.
+func newSharedDeadline(timeout time.Duration) *sharedDeadline {
+	return &sharedDeadline{timeout: timeout, epoch: time.Now()}
+}
+
+// context returns the admission context for a request that started at now,
+// a time.Now() reading (Sub then uses the monotonic clock).
 func (s *sharedDeadline) context(now time.Time) context.Context {
-	n := now.UnixNano()
+	n := now.Sub(s.epoch)
 	if d := s.cur.Load(); d != nil && n < d.until {
 		return d
 	}
-	until := now.Add(deadlineGrain)
-	ctx, cancel := context.WithDeadline(context.Background(), until.Add(s.timeout))
-	d := &deadlineCtx{Context: ctx, cancel: cancel, until: until.UnixNano()}
+	// now carries a monotonic reading, and so does the deadline made from
+	// it: the context's timer then runs on the monotonic clock too.
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(deadlineGrain+s.timeout))
+	d := &deadlineCtx{Context: ctx, cancel: cancel, until: n + deadlineGrain}
 	// Another request may have installed one at the same moment; either is
 	// correct for both, so the last store wins.
 	s.cur.Store(d)

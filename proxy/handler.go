@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -44,9 +46,21 @@ type Proxy struct {
 	store        fencestore.Store
 	tokenHeader  string
 	storeTimeout time.Duration
-	deadlines    sharedDeadline
+	bodyTimeout  time.Duration
+	deadlines    *sharedDeadline
 	log          *zap.Logger
+	// outageLog logs the refusals of a store that does not answer through
+	// zap's sampler: during an outage every fenced request is refused, and
+	// one line each would flood the log (and its disk) with the same news.
+	outageLog *zap.Logger
 }
+
+// Sampling of outageLog: per second, the first outageLogFirst refusals with
+// the same message and level, then every outageLogThereafter-th.
+const (
+	outageLogFirst      = 10
+	outageLogThereafter = 100
+)
 
 // New builds a Proxy. It fails only on a route table chi refuses.
 func New(o Options) (*Proxy, error) {
@@ -68,6 +82,9 @@ func New(o Options) (*Proxy, error) {
 	if o.Transport == nil {
 		o.Transport = NewTransport()
 	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 60 * time.Second
+	}
 	th := http.CanonicalHeaderKey(o.TokenHeader)
 	rt, err := newRouter(o.Routes, th, o.Metrics)
 	if err != nil {
@@ -84,8 +101,12 @@ func New(o Options) (*Proxy, error) {
 		store:        o.Store,
 		tokenHeader:  th,
 		storeTimeout: o.StoreTimeout,
-		deadlines:    sharedDeadline{timeout: o.StoreTimeout},
+		bodyTimeout:  o.BodyTimeout,
+		deadlines:    newSharedDeadline(o.StoreTimeout),
 		log:          o.Logger,
+		outageLog: o.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(c, time.Second, outageLogFirst, outageLogThereafter)
+		})),
 	}
 	return p, nil
 }
@@ -102,13 +123,32 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}, zap.String("path", r.URL.EscapedPath()))
 		return
 	}
+	p.boundBody(w, r)
 	rt, rctx := p.router.match(r.Method, canon)
 	defer p.router.release(rctx)
 	m := rt.metrics
 
 	if !rt.fences(r.Method) {
+		if p.fencedOnceUpperCased(r.Method, canon) {
+			p.refuse(w, rt, decBadRequest, &problem{
+				Type: TypeBadRequest, Title: "Method not in upper case", Status: http.StatusBadRequest,
+				Detail: "the method is not in upper case, and in upper case it is fenced on this path " +
+					"(many frameworks upper-case it): send it in upper case with a fencing token",
+				Route: rt.name,
+			})
+			return
+		}
 		m.requests[decUnfenced].Inc()
 		p.serveForward(w, r, rt, canon, trailing)
+		return
+	}
+	if name := nonCanonicalUint(rt, rctx); name != "" {
+		p.refuse(w, rt, decBadRequest, &problem{
+			Type: TypeBadRequest, Title: "Ambiguous number in path", Status: http.StatusBadRequest,
+			Detail: "path parameter {" + name + "} must be a canonical unsigned integer " +
+				"(digits only, no sign, no leading zero): another spelling of the same number would escape its mark",
+			Route: rt.name,
+		})
 		return
 	}
 
@@ -162,7 +202,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	resource := rt.names.intern(name)
+	// Only admitted names are kept: a client that invents names (refused,
+	// or never admitted) must not grow the cache.
+	resource, interned := rt.names.lookup(name)
 
 	start := time.Now()
 	d, err := p.store.Admit(p.deadlines.context(start), resource, token, rt.compare)
@@ -171,12 +213,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		m.unavailable.Observe(elapsed.Seconds())
-		p.refuse(w, rt, decUnavailable, &problem{
+		rt.metrics.requests[decUnavailable].Inc()
+		pr := &problem{
 			Type: TypeStoreUnavailable, Title: "Fence store unavailable", Status: http.StatusServiceUnavailable,
-			Detail: "the fence store did not admit the token within " + p.storeTimeout.String() +
-				"; nothing was forwarded (the store may still have recorded the token)",
-			Route: rt.name, Resource: resource, Token: formatUint(token),
-		}, zap.Error(err))
+			Detail: p.unavailableDetail(err),
+			Route:  rt.name, Resource: resource, Token: formatUint(token),
+		}
+		p.logRefusal(p.outageLog, rt, decUnavailable, pr, zap.Error(err))
+		writeProblem(w, pr)
 	case !d.Admitted:
 		m.stale.Observe(elapsed.Seconds())
 		p.refuse(w, rt, decStale, &problem{
@@ -188,9 +232,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		m.admitted.Observe(elapsed.Seconds())
 		m.requests[decAdmitted].Inc()
+		if !interned {
+			rt.names.add(resource)
+		}
 		if ce := p.log.Check(zapcore.DebugLevel, "admitted"); ce != nil {
+			// token and mark are strings in every log line, as in the
+			// problem bodies: JSON numbers lose precision past 2^53.
 			ce.Write(zap.String("route", rt.name), zap.String("resource", resource),
-				zap.Uint64("token", token), zap.Uint64("mark", d.Mark), zap.Duration("duration", elapsed))
+				zap.String("token", formatUint(token)), zap.String("mark", formatUint(d.Mark)), zap.Duration("duration", elapsed))
 		}
 		p.serveForward(w, r, rt, canon, trailing)
 	}
@@ -200,7 +249,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answers a problem. The upstream receives nothing.
 func (p *Proxy) refuse(w http.ResponseWriter, rt *route, d decision, pr *problem, extra ...zap.Field) {
 	rt.metrics.requests[d].Inc()
-	if ce := p.log.Check(zapcore.InfoLevel, "refused"); ce != nil {
+	p.logRefusal(p.log, rt, d, pr, extra...)
+	writeProblem(w, pr)
+}
+
+// logRefusal writes one refusal's log line to log.
+func (p *Proxy) logRefusal(log *zap.Logger, rt *route, d decision, pr *problem, extra ...zap.Field) {
+	if ce := log.Check(zapcore.InfoLevel, "refused"); ce != nil {
 		fields := append([]zap.Field{
 			zap.String("route", rt.name), zap.String("decision", d.String()), zap.Int("status", pr.Status),
 			zap.String("resource", pr.Resource), zap.String("token", pr.Token), zap.String("mark", pr.HighWaterMark),
@@ -208,7 +263,71 @@ func (p *Proxy) refuse(w http.ResponseWriter, rt *route, d decision, pr *problem
 		}, extra...)
 		ce.Write(fields...)
 	}
-	writeProblem(w, pr)
+}
+
+// unavailableDetail says why the store could not admit, in words safe to
+// show to a client: never the store's address or its own error text.
+func (p *Proxy) unavailableDetail(err error) string {
+	const rest = "; nothing was forwarded"
+	var unsafe *fencestore.UnsafeError
+	switch {
+	case errors.As(err, &unsafe):
+		return "the fence store is refused as unsafe: " + unsafe.Reason + rest
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the fence store did not answer within " + p.storeTimeout.String() + rest +
+			" (the store may still record the token)"
+	}
+	return "the fence store failed to answer (the proxy's log says why)" + rest +
+		" (the store may still have recorded the token)"
+}
+
+// fencedOnceUpperCased reports whether method is not in upper case but would
+// be fenced on path if it were. Methods are case-sensitive on the wire, yet
+// Django, Werkzeug and others upper-case them: "put /doc" would reach the
+// upstream as a PUT that nothing fenced. Only a request that is not fenced
+// as sent pays for the check.
+func (p *Proxy) fencedOnceUpperCased(method, path string) bool {
+	upper := true
+	for i := 0; i < len(method); i++ {
+		if 'a' <= method[i] && method[i] <= 'z' {
+			upper = false
+			break
+		}
+	}
+	if upper {
+		return false
+	}
+	up := strings.ToUpper(method)
+	rt, rctx := p.router.match(up, path)
+	p.router.release(rctx)
+	return rt.fences(up)
+}
+
+// nonCanonicalUint returns the name of a {name:uint} parameter of rt whose
+// value is not a canonical unsigned integer, or "". Frameworks parse "07",
+// "+7" and " 7" as 7, so each would name order 7 under a mark of its own.
+func nonCanonicalUint(rt *route, rctx *chi.Context) string {
+	for _, name := range rt.uints {
+		v, _ := urlParam(rctx, name)
+		if _, ok := fencestore.ParseMark(v); !ok {
+			return name
+		}
+	}
+	return ""
+}
+
+// boundBody bounds the time reading r's body may take (Options.BodyTimeout),
+// so that a client that stops sending cannot hold a goroutine and an upstream
+// connection for ever. The bound is the connection's read deadline; net/http
+// clears it once the body has been read (its background read of the idle
+// connection starts then), so it never cuts a slow response short.
+func (p *Proxy) boundBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return
+	}
+	// An error means w is not a connection of net/http's server (a test
+	// recorder, say): nothing to bound.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(p.bodyTimeout))
 }
 
 // errTokenHopByHop refuses a request whose Connection header names the token

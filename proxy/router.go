@@ -22,6 +22,8 @@ type route struct {
 	compare       fencestore.Compare
 	resource      config.Template
 	tokenOptional bool
+	// uints are the path parameters typed {name:uint}.
+	uints []string
 	// connHeaders are the headers this route's admission depends on (the token
 	// and template headers). A request whose Connection header names one of
 	// them is refused: the hop-by-hop stripping would remove it on the way to
@@ -32,14 +34,23 @@ type route struct {
 	names       names // interned resource names
 }
 
-type routeKey struct{ method, pattern string }
+type routeKey struct {
+	method, pattern string
+	insensitive     bool
+}
 
 // router matches a canonical path and method to a route with chi's rules
 // (static beats parameter beats wildcard, method-aware), without building a
 // request context: it calls chi's Find with a pooled route context, so a
 // match allocates nothing.
+//
+// It keeps one chi tree per method, so that any method token can be fenced
+// (chi's own method table is a process-wide global that knows only the
+// standard methods), and two sets of them: case-sensitive routes, matched on
+// the path as sent, and case-insensitive routes, matched on the folded path.
 type router struct {
-	mux      *chi.Mux
+	exact    map[string]*chi.Mux // by method
+	folded   map[string]*chi.Mux // by method; nil when no route is case-insensitive
 	byKey    map[routeKey]*route
 	fallback *route
 	pool     sync.Pool // of *chi.Context
@@ -57,7 +68,7 @@ func CheckRoutes(rs config.Routes) error {
 // panic is turned into the error here, at start, never at request time).
 func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*router, error) {
 	rt := &router{
-		mux:   chi.NewMux(),
+		exact: make(map[string]*chi.Mux),
 		byKey: make(map[routeKey]*route),
 		pool:  sync.Pool{New: func() any { return chi.NewRouteContext() }},
 	}
@@ -65,12 +76,24 @@ func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*router, error
 	for i := range rs.Routes {
 		cr := &rs.Routes[i]
 		r := newRoute(cr, tokenHeader, m)
-		pattern := matchPattern(cr.Path)
+		pattern := matchPattern(cr.Pattern)
+		trees := &rt.exact
+		if cr.CaseInsensitive {
+			trees = &rt.folded
+		}
 		for _, method := range cr.Methods {
-			if err := register(rt.mux, method, pattern, noop); err != nil {
+			if *trees == nil {
+				*trees = make(map[string]*chi.Mux)
+			}
+			mux := (*trees)[method]
+			if mux == nil {
+				mux = chi.NewMux()
+				(*trees)[method] = mux
+			}
+			if err := register(mux, pattern, noop); err != nil {
 				return nil, fmt.Errorf("route %q: path %q: %w", cr.Name, cr.Path, err)
 			}
-			rt.byKey[routeKey{method, pattern}] = r
+			rt.byKey[routeKey{method, pattern, cr.CaseInsensitive}] = r
 		}
 	}
 	def := rs.Default
@@ -91,6 +114,7 @@ func newRoute(cr *config.Route, tokenHeader string, m *Metrics) *route {
 		fence:         cr.Fence,
 		resource:      cr.Resource,
 		tokenOptional: cr.TokenOptional,
+		uints:         cr.UintParams,
 		compare:       fencestore.AtLeast,
 		metrics:       m.forRoute(cr.Name),
 	}
@@ -117,25 +141,41 @@ func matchPattern(p string) string {
 	return p
 }
 
-func register(mux *chi.Mux, method, pattern string, h http.Handler) (err error) {
+// register adds pattern to a per-method tree. Every tree holds one method,
+// so it is registered under GET, a method chi knows.
+func register(mux *chi.Mux, pattern string, h http.Handler) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("%v", v)
 		}
 	}()
-	mux.Method(method, pattern, h)
+	mux.Method(http.MethodGet, pattern, h)
 	return nil
 }
 
 // match returns the route for method and canonical path, and the route
 // context holding the path parameters. The caller must call release when it
 // no longer reads the parameters.
+//
+// A case-sensitive route that matches the path as sent wins; otherwise the
+// case-insensitive routes are matched on the folded path (so their
+// parameters are folded); otherwise the default rule applies.
 func (rt *router) match(method, path string) (*route, *chi.Context) {
 	rctx := rt.pool.Get().(*chi.Context)
 	rctx.Reset()
-	if pattern := rt.mux.Find(rctx, method, path); pattern != "" {
-		if r, ok := rt.byKey[routeKey{method, pattern}]; ok {
-			return r, rctx
+	if mux := rt.exact[method]; mux != nil {
+		if pattern := mux.Find(rctx, http.MethodGet, path); pattern != "" {
+			if r, ok := rt.byKey[routeKey{method, pattern, false}]; ok {
+				return r, rctx
+			}
+		}
+	}
+	if mux := rt.folded[method]; mux != nil {
+		rctx.Reset()
+		if pattern := mux.Find(rctx, http.MethodGet, config.FoldPath(path)); pattern != "" {
+			if r, ok := rt.byKey[routeKey{method, pattern, true}]; ok {
+				return r, rctx
+			}
 		}
 	}
 	return rt.fallback, rctx

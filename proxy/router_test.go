@@ -99,7 +99,7 @@ func TestRouteMatchDoesNotAllocate(t *testing.T) {
 }
 
 func TestChiRefusalNamesTheRoute(t *testing.T) {
-	rs := config.Routes{Routes: []config.Route{{Name: "broken", Path: "/a/{x}/*/b", Methods: []string{http.MethodPut}}}}
+	rs := config.Routes{Routes: []config.Route{{Name: "broken", Path: "/a/{x}/*/b", Pattern: "/a/{x}/*/b", Methods: []string{http.MethodPut}}}}
 	if err := CheckRoutes(rs); err == nil {
 		t.Fatal("chi accepted a wildcard in the middle")
 	} else if got := err.Error(); !strings.Contains(got, `route "broken"`) {
