@@ -115,7 +115,10 @@ func parseRoutes(data []byte) (Routes, []error) {
 
 	// Pass 3: the meaning of what was decoded.
 	var rs Routes
-	defaultInsensitive := false
+	// Insensitive unless told otherwise: folding too much only makes two
+	// spellings share a mark (a refusal someone sees), folding too little lets
+	// one escape the other's fence (a stale write nobody sees).
+	defaultInsensitive := true
 	if raw.Case != nil {
 		insensitive, err := parseCase(*raw.Case)
 		if err != nil {

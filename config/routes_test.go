@@ -49,12 +49,12 @@ default:
 	want := Routes{
 		Routes: []Route{
 			{
-				Name: "order-writes", Methods: []string{"PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID}", Pattern: "/orders/{orderID}", Fence: true,
+				Name: "order-writes", Methods: []string{"PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID}", Pattern: "/orders/{orderID}", CaseInsensitive: true, Fence: true,
 				Resource: Template{Raw: "orders/{orderID}", Parts: []Part{lit("orders/"), param("orderID")}},
 				Compare:  CompareAtLeast,
 			},
 			{
-				Name: "order-items", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID:[0-9]+}/items/{item}", Pattern: "/orders/{orderID:[0-9]+}/items/{item}", Fence: true,
+				Name: "order-items", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/orders/{orderID:[0-9]+}/items/{item}", Pattern: "/orders/{orderID:[0-9]+}/items/{item}", CaseInsensitive: true, Fence: true,
 				Resource: Template{
 					Raw: "tenants/{header:X-Tenant}/orders/{orderID}/{item}?v={query:version}",
 					Parts: []Part{
@@ -66,13 +66,13 @@ default:
 				TokenOptional: true,
 			},
 			{
-				Name: "files.v2", Methods: []string{"POST"}, Path: "/files/*", Pattern: "/files/*", Fence: true,
+				Name: "files.v2", Methods: []string{"POST"}, Path: "/files/*", Pattern: "/files/*", CaseInsensitive: true, Fence: true,
 				Resource: Template{Raw: "files/{*}", Parts: []Part{lit("files/"), param("*")}},
 				Compare:  CompareAtLeast,
 			},
-			{Name: "reports", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/reports/*", Pattern: "/reports/*"},
+			{Name: "reports", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/reports/*", Pattern: "/reports/*", CaseInsensitive: true},
 			{
-				Name: "reports_get", Methods: []string{"GET"}, Path: "/reports/*", Pattern: "/reports/*", Fence: true,
+				Name: "reports_get", Methods: []string{"GET"}, Path: "/reports/*", Pattern: "/reports/*", CaseInsensitive: true, Fence: true,
 				Resource: Template{Raw: "reports", Parts: []Part{lit("reports")}},
 				Compare:  CompareAtLeast,
 			},
@@ -97,7 +97,7 @@ func TestParseRoutesDefaults(t *testing.T) {
 	}{
 		{"one route, no default", "routes:\n  - {name: a, path: /a, resource: a}\n", Routes{
 			Routes: []Route{{
-				Name: "a", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/a", Pattern: "/a", Fence: true,
+				Name: "a", Methods: []string{"POST", "PUT", "PATCH", "DELETE"}, Path: "/a", Pattern: "/a", CaseInsensitive: true, Fence: true,
 				Resource: Template{Raw: "a", Parts: []Part{lit("a")}}, Compare: CompareAtLeast,
 			}},
 			Default: DefaultRoutes().Default,
@@ -305,7 +305,7 @@ func TestParseRoutesCaseClashes(t *testing.T) {
 routes:
   - {name: a, path: "/Orders/{id}", case: insensitive, resource: a}
   - {name: b, path: "/orders/{x}", case: insensitive, resource: b}
-  - {name: c, path: "/orders/{x}", resource: c}
+  - {name: c, path: "/orders/{x}", case: sensitive, resource: c}
 `))
 	requireProblems(t, err, `route "b": path: POST, PUT, PATCH, DELETE /orders/{x} has the same method and pattern as route "a"`)
 	if n := len(problemLines(t, err)); n != 1 {

@@ -35,6 +35,10 @@ routes:
   - name: plain
     path: /plain/{name}
     resource: plain/{name}
+  - name: exact
+    path: /exact/{name}
+    case: sensitive
+    resource: exact/{name}
 `
 
 func TestSpellingsThatEscapedTheirFence(t *testing.T) {
@@ -70,6 +74,7 @@ func TestSpellingsThatEscapedTheirFence(t *testing.T) {
 		{"out of range", "PUT", "/orders/18446744073709551616", nil, 400, "", "canonical unsigned integer"},
 		{"not a number", "PUT", "/orders/seven", nil, 400, "", "canonical unsigned integer"},
 		{"canonical", "PUT", "/orders/7", nil, 409, "orders/7", ""},
+		{"upper-case path, default case", "PUT", "/ORDERS/7", nil, 409, "orders/7", ""},
 		{"WebDAV method", "MOVE", "/dav/a", nil, 409, "dav/a", ""},
 		{"comma list in template header", "PUT", "/tenants/items", []string{"X-Tenant", "a, z"}, 400, "", "X-Tenant is a comma-separated list"},
 		{"path parameter too long", "PUT", "/plain/" + strings.Repeat("x", MaxResourceLen), nil, 400, "", "longer than 1024 bytes"},
@@ -108,6 +113,7 @@ func TestSpellingsStillForwarded(t *testing.T) {
 		{"GET", "/orders/07", "", "/orders/07"}, // GET is not fenced here
 		{"PUT", "/DOCS/Report", "3", "/DOCS/Report"},
 		{"PROPFIND", "/dav/a", "", "/dav/a"}, // not a fenced method of the route: the default rule does not fence it
+		{"PUT", "/exact/Ab", "4", "/exact/Ab"},
 	} {
 		headers := []string{}
 		if tc.token != "" {
@@ -124,6 +130,17 @@ func TestSpellingsStillForwarded(t *testing.T) {
 	}
 	if m, ok, _ := f.store.Mark(t.Context(), "docs/report"); !ok || m != 3 {
 		t.Fatalf("the folded resource docs/report has mark %d (%v), want 3", m, ok)
+	}
+	// A case-sensitive route keeps the name as sent, and a spelling it does
+	// not match falls to the default rule.
+	if m, ok, _ := f.store.Mark(t.Context(), "exact/Ab"); !ok || m != 4 {
+		t.Fatalf("exact/Ab has mark %d (%v), want 4", m, ok)
+	}
+	if resp, body := f.do("PUT", "/EXACT/Ab", "Fencing-Token", "1"); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if _, ok, _ := f.store.Mark(t.Context(), "default"); !ok {
+		t.Fatal("/EXACT/Ab was not fenced by the default rule")
 	}
 }
 
