@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 )
@@ -192,4 +193,33 @@ func sameUpToASCIICase(a, b string) bool {
 		}
 	}
 	return true
+}
+
+// FuzzFoldPath checks that two UTF-8 paths fold to the same string exactly
+// when Unicode simple case folding calls them equal (strings.EqualFold): a
+// case-insensitive route then gives every spelling one mark, and never
+// merges two paths no framework would.
+func FuzzFoldPath(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"/orders/7", "/ORDERS/7"},
+		{"/k", "/\u212a"},
+		{"/s", "/\u017f"},
+		{"/\u03c3", "/\u03c2"},
+		{"/a\xff", "/A\xff"},
+		{"/\u00df", "/ss"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		fa, fb := FoldPath(a), FoldPath(b)
+		if FoldPath(fa) != fa {
+			t.Fatalf("FoldPath(%q) = %q is not a fixed point", a, fa)
+		}
+		if !utf8.ValidString(a) || !utf8.ValidString(b) {
+			return
+		}
+		if (fa == fb) != strings.EqualFold(a, b) {
+			t.Fatalf("FoldPath(%q) = %q, FoldPath(%q) = %q, EqualFold %v", a, fa, b, fb, strings.EqualFold(a, b))
+		}
+	})
 }

@@ -57,22 +57,38 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 		// writes them when they have no length or are event streams, the
 		// ReverseProxy default.
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			status := http.StatusBadGateway
-			switch {
-			case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				// The client went away; nobody reads the answer. Count nothing.
 				w.WriteHeader(499)
 				return
-			case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-				status = http.StatusGatewayTimeout
 			}
+			p := upstreamProblem(err, route)
 			m.upstreamErrors.Inc()
-			log.Warn("upstream failed", zap.Int("status", status), zap.Error(err))
-			writeProblem(w, &problem{
-				Type: "about:blank", Title: http.StatusText(status), Status: status,
-				Detail: "the upstream did not answer: the request was admitted and may or may not have reached it",
-			})
+			log.Warn("upstream failed", zap.Int("status", p.Status), zap.Error(err))
+			writeProblem(w, p)
 		},
+	}
+}
+
+// upstreamProblem is the answer to a forward that failed: 504 if it timed
+// out, 502 otherwise. The detail tells a client whether the upstream can
+// have seen the request, which decides whether sending it again could apply
+// it twice. Only the transport knows whether a byte left, so "not sent" is
+// said only of the failures it marks (notSentError); any other error, from
+// any RoundTripper, may have come after part of the request was written.
+func upstreamProblem(err error, route string) *problem {
+	status := http.StatusBadGateway
+	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		status = http.StatusGatewayTimeout
+	}
+	detail := "the upstream did not answer: the request was admitted and may or may not have reached it"
+	var ns *notSentError
+	if errors.As(err, &ns) {
+		detail = "the upstream could not be reached: the request was admitted but not sent to it"
+	}
+	return &problem{
+		Type: "about:blank", Title: http.StatusText(status), Status: status,
+		Detail: detail, Route: route,
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -78,8 +79,12 @@ func inline(req *http.Request) bool {
 }
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !inline(req) {
-		return t.fallback.RoundTrip(req)
+	if !canPeek || !inline(req) {
+		// Where an idle connection cannot be looked at (!canPeek), bytes the
+		// upstream sent to it while idle would be read as the next request's
+		// response; http.Transport's read loop sees them, so there it takes
+		// every request.
+		return t.roundTripFallback(req)
 	}
 	ctx := req.Context()
 	if err := ctx.Err(); err != nil {
@@ -88,15 +93,22 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return nil, err
 	}
 	addr := upstreamAddr(req)
+	wrote := false // by an earlier attempt
 	for attempt := 0; ; attempt++ {
 		c, err := t.get(ctx, addr)
 		if err != nil {
+			// get fails only in the dial. After an attempt that wrote, the
+			// upstream may have the request even though this dial failed.
+			if !wrote {
+				err = &notSentError{err}
+			}
 			return nil, err
 		}
 		resp, err := c.roundTrip(t, req)
 		if err == nil {
 			return resp, nil
 		}
+		wrote = wrote || c.written > 0
 		if cerr := ctx.Err(); cerr != nil {
 			// The deadline we set to unblock the connection shows up as an
 			// i/o timeout; say what really happened, as http.Transport does.
@@ -112,6 +124,30 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return nil, err
 	}
 }
+
+// roundTripFallback sends req through http.Transport and, when its dial
+// failed before it ever got a connection, says that nothing was sent.
+// http.Transport writes only on a connection it got, and reports each one
+// to GotConn first (HTTP/1 and HTTP/2 alike); a dial error after a retry
+// follows an attempt that may have written, so it is not marked.
+func (t *upstreamTransport) roundTripFallback(req *http.Request) (*http.Response, error) {
+	var gotConn atomic.Bool
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }}
+	resp, err := t.fallback.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	var oe *net.OpError
+	if err != nil && !gotConn.Load() && errors.As(err, &oe) && oe.Op == "dial" {
+		err = &notSentError{err}
+	}
+	return resp, err
+}
+
+// notSentError is an upstream failure before any byte of the request left:
+// the upstream could not be reached (refused, unroutable, unresolvable, or
+// the dial timed out), so it has not seen the request.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return "request not sent: " + e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
 
 // replayable is http.Transport's rule for requests it may send twice.
 func replayable(req *http.Request) bool {
@@ -148,7 +184,8 @@ func (t *upstreamTransport) get(ctx context.Context, addr string) (*upConn, erro
 		t.idle[addr] = conns[:len(conns)-1]
 		t.mu.Unlock()
 		// An idle connection has no reader, so nobody noticed if the
-		// upstream closed it (http.Transport's readLoop would have): look.
+		// upstream closed it or sent bytes nobody asked for (http.Transport's
+		// readLoop would have): look.
 		if now.Sub(c.idleSince) < t.idleTimeout && c.alive() {
 			c.reused = true
 			return c, nil
@@ -169,8 +206,17 @@ func (t *upstreamTransport) get(ctx context.Context, addr string) (*upConn, erro
 	return c, nil
 }
 
-// put keeps c for the next request, or closes it if the pool is full.
+// put keeps c for the next request, or closes it if the pool is full or the
+// upstream sent more than the response it framed.
 func (t *upstreamTransport) put(c *upConn) {
+	if c.br.Buffered() != 0 {
+		// Bytes past the end of the response (beyond its Content-Length or
+		// terminating chunk, a body after a HEAD, 204 or 304): the next
+		// request on c would read them as its response, one the upstream
+		// never sent it. http.Transport drops such a connection too.
+		c.close()
+		return
+	}
 	c.idleSince = time.Now()
 	t.mu.Lock()
 	if len(t.idle[c.key]) < t.maxIdle {

@@ -4,6 +4,9 @@ package proxy
 
 import "syscall"
 
+// canPeek: an idle connection can be looked at before it is reused.
+const canPeek = true
+
 // peeker looks at an idle connection without reading from it: one
 // non-blocking MSG_PEEK. The function value is made once per connection so
 // that the look allocates nothing.
@@ -41,7 +44,9 @@ func (p *peeker) look(fd uintptr) bool {
 // and has sent nothing on it.
 func (c *upConn) alive() bool {
 	if c.peek.raw == nil {
-		return true
+		// A dial that returned no socket: what it holds cannot be seen, so
+		// it is not trusted with another request.
+		return false
 	}
 	if err := c.peek.raw.Read(c.peek.fn); err != nil {
 		return false
