@@ -50,12 +50,14 @@ func (u *demoUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the reader can try it with curl (unless -once).
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	once := fs.Bool("once", false, "exit after the story instead of serving")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the demo proxy (falls back to a free port when busy)")
 	pause := fs.Duration("pause", 1500*time.Millisecond, "how long A stays paused")
-	if err := fs.Parse(args); err != nil {
-		return &usageError{err.Error()}
+	if helped, err := parseFlags(fs, args, demoUsage, stdout); helped || err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("demo takes no arguments, only flags\n%s", flagsUsage(fs, demoUsage))}
 	}
 
 	dir, err := os.MkdirTemp("", "fenceproxy-demo-")
@@ -90,13 +92,15 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	addrs := make(chan net.Addr, 1)
+	addrs := make(chan [2]net.Addr, 1)
 	served := make(chan error, 1)
-	go func() { served <- serve(sctx, cfg, stderr, func(d, _ net.Addr) { addrs <- d }) }()
-	var base string
+	go func() {
+		served <- serve(sctx, cfg, stderr, serveHooks{listening: func(d, a net.Addr) { addrs <- [2]net.Addr{d, a} }})
+	}()
+	var base, admin string
 	select {
 	case a := <-addrs:
-		base = "http://" + a.String()
+		base, admin = "http://"+a[0].String(), "http://"+a[1].String()
 	case err := <-served:
 		return err
 	}
@@ -105,8 +109,9 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	say := func(who, format string, a ...any) {
 		fmt.Fprintf(stdout, "  %6.3fs  %-8s %s\n", time.Since(start).Seconds(), who, fmt.Sprintf(format, a...))
 	}
-	fmt.Fprintf(stdout, "fenceproxy demo: fenceproxy on %s (embedded store %s) in front of an upstream on %s\n\n",
-		base, cfg.BoltPath, upLn.Addr())
+	fmt.Fprintf(stdout, "fenceproxy demo: fenceproxy on %s (embedded store %s) in front of an upstream on %s\n"+
+		"admin port: %s/metrics (counters by route and decision), %s/readyz\n\n",
+		base, cfg.BoltPath, upLn.Addr(), admin, admin)
 
 	hc := &http.Client{Transport: &client.Transport{}, Timeout: 5 * time.Second}
 	write := func(who string, token uint64, body string) {
@@ -158,10 +163,15 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "\nfenceproxy keeps serving on %s; try it (Ctrl-C to stop):\n"+
 		"  curl -i -X PUT -H 'Fencing-Token: 41' -d late %s/orders/42    # 409: older than 42\n"+
 		"  curl -i -X PUT -H 'Fencing-Token: 43' -d next %s/orders/42    # 200\n"+
-		"  curl -i -X PUT -d none %s/orders/42                          # 428: no token\n",
-		base, base, base, base)
+		"  curl -i -X PUT -d none %s/orders/42                          # 428: no token\n"+
+		"  curl -s %s/metrics | grep fenceproxy_requests_total     # what it decided\n",
+		base, base, base, base, admin)
 	return <-served
 }
+
+const demoUsage = "usage: fenceproxy demo [flags]\n\n" +
+	"Replays the stale-lease story against a real fenceproxy (embedded store, toy upstream),\n" +
+	"then keeps serving it until Ctrl-C.\n\nflags:"
 
 // freeOr returns addr when it can be bound now, else a free loopback port.
 func freeOr(addr string) string {

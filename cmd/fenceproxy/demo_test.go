@@ -23,6 +23,7 @@ func TestDemoReplaysTheStory(t *testing.T) {
 		`"A: cancel the order" with token 41 -> 409 stale: the mark is 42`,
 		"The upstream received 2 writes:", // not A's late one
 		`/orders/42 = "B: ship 5 units"`,
+		"/metrics", // where to watch it
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, got)

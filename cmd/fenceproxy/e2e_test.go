@@ -82,9 +82,13 @@ func start(t *testing.T, env map[string]string) *program {
 	p := &program{logs: &syncBuffer{}}
 	addrs := make(chan [2]net.Addr, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, cfg, p.logs, func(d, a net.Addr) { addrs <- [2]net.Addr{d, a} })
-	}()
+	// The settings check runs every 200ms instead of every 5s, so that
+	// tests see a setting changed by CONFIG SET take effect at once.
+	hooks := serveHooks{
+		listening:     func(d, a net.Addr) { addrs <- [2]net.Addr{d, a} },
+		settingsEvery: 200 * time.Millisecond,
+	}
+	go func() { done <- serve(ctx, cfg, p.logs, hooks) }()
 	select {
 	case a := <-addrs:
 		p.data, p.admin = "http://"+a[0].String(), "http://"+a[1].String()
@@ -337,9 +341,13 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 	}))
 	defer up.Close()
 
+	// The caller's FENCE_* variables (FENCE_SKIP_REDIS=1 from make
+	// test-short, say) are not the child's configuration, and an unknown one
+	// would stop it at start.
+	t.Setenv("FENCE_NOT_A_SETTING", "1")
 	dataAddr, adminAddr := freePort(t), freePort(t)
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(withoutFenceVars(os.Environ()),
 		"FENCE_UPSTREAM_URL="+up.URL, "FENCE_LISTEN_ADDR="+dataAddr, "FENCE_ADMIN_ADDR="+adminAddr,
 		"FENCE_STORE=memory", "FENCE_SHUTDOWN_TIMEOUT=20s")
 	var logs syncBuffer
@@ -364,6 +372,18 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit: %v\n%s", err, logs.String())
 	}
+}
+
+// withoutFenceVars returns environ without its FENCE_* variables: the
+// caller's are not the child's configuration, and an unknown one is fatal.
+func withoutFenceVars(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "FENCE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func freePort(t *testing.T) string {

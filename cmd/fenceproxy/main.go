@@ -3,9 +3,10 @@
 // than the resource's high-water mark.
 //
 //	fenceproxy [serve]   serve (the default)
-//	fenceproxy check     validate the environment and routes file, then exit
+//	fenceproxy check     validate the environment and routes file, print the route table, then exit
+//	fenceproxy check --connect   also try the store, Redis's settings and the upstream
 //	fenceproxy demo      replay the stale-lease story with no setup
-//	fenceproxy version   print the version
+//	fenceproxy version   print the version (also --version)
 //
 // Configuration is the environment (FENCE_*) plus an optional routes file;
 // see the README.
@@ -14,11 +15,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/fenceproxy/fenceproxy/config"
@@ -52,13 +55,18 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `usage: fenceproxy [serve|check|demo|version|help]
+const usage = `usage: fenceproxy [serve | check [--connect] | demo [flags] | version | help]
 
   serve     run the proxy (the default)
-  check     validate the FENCE_* environment and the routes file, then exit
+  check     validate the FENCE_* environment and the routes file, print the
+            route table in effect, then exit; nothing is contacted
+            --connect  also try what can fail at start: the store (Redis PING
+                       and its persistence and eviction settings; the bolt
+                       file's lock and directory) and a TCP connect to the
+                       upstream; one line per check, exit 1 if one FAILED
   demo      replay the stale-lease story against a real fenceproxy, then keep
-            serving it (flags: -once, -listen addr, -pause duration)
-  version   print the version
+            serving it (flags: -once, -listen addr, -pause duration; -h)
+  version   print the version (also --version)
 
 Configuration: FENCE_* environment variables and an optional routes file
 (FENCE_ROUTES_FILE); see the README.`
@@ -68,12 +76,15 @@ Configuration: FENCE_* environment variables and an optional routes file
 func run(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 {
-		cmd = args[0]
+		cmd, args = args[0], args[1:]
 	}
-	if cmd == "demo" {
-		return demo(ctx, args[1:], stdout, stderr)
+	switch cmd {
+	case "demo":
+		return demo(ctx, args, stdout, stderr)
+	case "check":
+		return check(ctx, args, environ, stdout)
 	}
-	if len(args) > 1 {
+	if len(args) > 0 {
 		return &usageError{fmt.Sprintf("%s takes no arguments\n%s", cmd, usage)}
 	}
 	switch cmd {
@@ -82,16 +93,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		if err != nil {
 			return err
 		}
-		return serve(ctx, cfg, stderr, nil)
-	case "check":
-		cfg, err := loadConfig(environ)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "configuration ok: store=%s upstream=%s routes=%d\n",
-			cfg.Store, cfg.UpstreamURL.Redacted(), len(cfg.Routes.Routes))
-		return nil
-	case "version":
+		return serve(ctx, cfg, stderr, serveHooks{})
+	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "fenceproxy", buildVersion())
 		return nil
 	case "help", "-h", "--help":
@@ -99,6 +102,33 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return nil
 	}
 	return &usageError{fmt.Sprintf("unknown command %q\n%s", cmd, usage)}
+}
+
+// parseFlags parses a subcommand's args into fs. With -h or -help it prints
+// head and the flags to stdout and reports helped: the subcommand is done
+// (exit 0). A bad flag is a usage error that carries them. fs prints
+// nothing itself: the one error goes up to main.
+func parseFlags(fs *flag.FlagSet, args []string, head string, stdout io.Writer) (helped bool, err error) {
+	fs.SetOutput(io.Discard)
+	err = fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, flagsUsage(fs, head))
+		return true, nil
+	case err != nil:
+		return false, &usageError{fmt.Sprintf("%v\n%s", err, flagsUsage(fs, head))}
+	}
+	return false, nil
+}
+
+// flagsUsage is head followed by fs's flags.
+func flagsUsage(fs *flag.FlagSet, head string) string {
+	var b strings.Builder
+	b.WriteString(head + "\n")
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	return strings.TrimRight(b.String(), "\n")
 }
 
 // loadConfig validates everything that can be checked without the network:

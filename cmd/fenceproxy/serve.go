@@ -7,28 +7,40 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/fenceproxy/fenceproxy/config"
-	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
 	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
-// listening is called once both listeners are bound (tests use it to learn
-// the ports of ":0" addresses). It may be nil.
-type listening func(data, admin net.Addr)
+// serveHooks are serve's inputs that are not configuration; the zero value
+// is what the program uses.
+type serveHooks struct {
+	// listening, if set, is called once both listeners are bound (tests and
+	// the demo learn the ports of ":0" addresses from it).
+	listening func(data, admin net.Addr)
+	// settingsEvery is the period of the Redis settings check; zero means
+	// defaultSettingsEvery. Tests shorten it.
+	settingsEvery time.Duration
+}
 
 // serve runs the data and admin listeners until ctx is cancelled, then drains:
 // /readyz turns 503, the listeners stop accepting, in-flight requests get up
 // to cfg.ShutdownTimeout to finish, and the store is closed last.
-func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, ready listening) error {
+func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serveHooks) error {
 	log := newLogger(cfg.LogLevel, stderr)
 	defer func() { _ = log.Sync() }()
 
-	st, err := openStore(ctx, cfg, log)
+	if cfg.RoutesFile == "" {
+		log.Warn("no routes file (FENCE_ROUTES_FILE): every fenced write shares the one resource \"default\", " +
+			"so two unrelated writers fence each other; a routes file gives each resource its own mark")
+	}
+	metrics := proxy.NewMetrics()
+	st, err := openStore(ctx, cfg, log, metrics.Registry, hooks.settingsEvery)
 	if err != nil {
 		return err
 	}
@@ -37,23 +49,20 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, ready list
 			log.Warn("closing the store", zap.Error(err))
 		}
 	}()
-
-	metrics := proxy.NewMetrics()
-	if rs, ok := st.store.(*redisstore.Store); ok && len(cfg.Redis.ClusterAddrs) == 0 {
-		wctx, stopWatch := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			newMasterWatch(rs, metrics.Registry, log.Named("redis"), time.Second, cfg.StoreTimeout).run(wctx)
-		}()
-		defer func() { stopWatch(); <-watched }() // before the store closes
+	wctx, stopWatches := context.WithCancel(ctx)
+	var watches sync.WaitGroup
+	for _, w := range st.watches {
+		watches.Go(func() { w(wctx) })
 	}
+	defer func() { stopWatches(); watches.Wait() }() // before the store closes
+
 	px, err := proxy.New(proxy.Options{
 		Upstream:     cfg.UpstreamURL,
 		Routes:       cfg.Routes,
 		Store:        st.store,
 		TokenHeader:  cfg.TokenHeader,
 		StoreTimeout: cfg.StoreTimeout,
+		BodyTimeout:  cfg.BodyTimeout,
 		Logger:       log.Named("proxy"),
 		Metrics:      metrics,
 	})
@@ -96,8 +105,8 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, ready list
 		zap.String("addr", dataLn.Addr().String()), zap.String("admin", adminLn.Addr().String()),
 		zap.String("upstream", cfg.UpstreamURL.Redacted()), zap.String("store", string(cfg.Store)),
 		zap.Int("routes", len(cfg.Routes.Routes)), zap.String("version", buildVersion()))
-	if ready != nil {
-		ready(dataLn.Addr(), adminLn.Addr())
+	if hooks.listening != nil {
+		hooks.listening(dataLn.Addr(), adminLn.Addr())
 	}
 
 	var serveErr error

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -19,13 +21,17 @@ import (
 	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
-// openedStore is the chosen store and the readiness checks that come with it.
+// openedStore is the chosen store, the readiness checks that come with it,
+// and the watches to run beside it while serving.
 type openedStore struct {
 	store  fencestore.Store
 	checks []proxy.ReadinessCheck
+	// watches run until their ctx ends; serve stops them before it closes
+	// the store.
+	watches []func(context.Context)
 }
 
-func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger) (openedStore, error) {
+func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, settingsEvery time.Duration) (openedStore, error) {
 	switch cfg.Store {
 	case config.StoreMemory:
 		log.Warn("FENCE_STORE=memory: marks live in this process only and vanish on restart, " +
@@ -38,7 +44,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger) (opened
 		}
 		return openedStore{store: s}, nil
 	case config.StoreRedis:
-		return openRedis(ctx, cfg, log)
+		return openRedis(ctx, cfg, log, reg, settingsEvery)
 	}
 	return openedStore{}, fmt.Errorf("FENCE_STORE: unknown store %q", cfg.Store)
 }
@@ -55,8 +61,9 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 	}
 }
 
-func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (openedStore, error) {
-	redis.SetLogger(redisLog{log.Named("redis")})
+func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, settingsEvery time.Duration) (openedStore, error) {
+	rlog := log.Named("redis")
+	redis.SetLogger(redisLog{rlog})
 	client, err := redisClient(&cfg.Redis)
 	if err != nil {
 		return openedStore{}, err
@@ -65,7 +72,7 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (opened
 		KeyPrefix:   cfg.KeyPrefix,
 		MinReplicas: cfg.Redis.MinReplicas,
 		WaitTimeout: cfg.Redis.WaitTimeout,
-		Logger:      log.Named("redis"),
+		Logger:      rlog,
 	})
 	out := openedStore{store: s}
 
@@ -79,40 +86,28 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (opened
 		log.Warn("redis does not answer yet; refusing fenced requests (503) until it does", zap.Error(pingErr))
 	}
 
-	if cfg.Redis.Eviction != config.EvictionOff {
-		mode := cfg.Redis.Eviction
-		check := func(ctx context.Context) error {
-			policy, err := s.EvictionPolicy(ctx)
-			if err != nil {
-				if errors.Is(err, fencestore.ErrUnavailable) {
-					return err
-				}
-				return fmt.Errorf("cannot read Redis maxmemory-policy to rule out eviction of marks (%v); "+
-					"set FENCE_REDIS_EVICTION=warn if the server forbids CONFIG and you know its policy", err)
-			}
-			if redisstore.PolicyMayEvict(policy) {
-				return fmt.Errorf("redis maxmemory-policy is %s: Redis may evict marks, and an evicted mark admits stale tokens; "+
-					"use noeviction or a volatile-* policy", policy)
-			}
-			return nil
-		}
-		// Only a server that answers can be asked its policy: CONFIG GET
-		// failing where PING failed too (TLS, credentials, Redis down) is no
-		// reason to advise warn. /readyz runs the check once PING succeeds.
-		var checkErr error
+	var settings *settingsWatch
+	if policy := (settingsPolicy{eviction: cfg.Redis.Eviction, persistence: cfg.Redis.Persistence}); policy.enabled() {
+		settings = newSettingsWatch(s.Settings, policy, s, rlog, settingsEvery, cfg.StoreTimeout)
+		// Checked before serving, so that the first request meets the
+		// verdict; a Redis that does not answer yet is checked once it does.
 		if pingErr == nil {
-			checkErr = check(pctx)
+			settings.check(ctx)
 		}
-		if checkErr != nil && !errors.Is(checkErr, fencestore.ErrUnavailable) {
-			if mode == config.EvictionWarn {
-				log.Warn("FENCE_REDIS_EVICTION=warn", zap.Error(checkErr))
-			} else {
-				log.Error("FENCE_REDIS_EVICTION=refuse: not ready", zap.Error(checkErr))
-			}
+		if settings.guard != nil {
+			out.store = settings.guard
+			out.checks = append(out.checks, settings.guard.ready)
 		}
-		if mode == config.EvictionRefuse {
-			out.checks = append(out.checks, check)
+		out.watches = append(out.watches, settings.run)
+	}
+	// A cluster has a server per shard; its settings are checked on every
+	// master, periodically, but there is no one run id to watch.
+	if len(cfg.Redis.ClusterAddrs) == 0 {
+		mw := newMasterWatch(s, reg, rlog, time.Second, cfg.StoreTimeout)
+		if settings != nil {
+			mw.changed = settings.poke
 		}
+		out.watches = append(out.watches, mw.run)
 	}
 	return out, nil
 }

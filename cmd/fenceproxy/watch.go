@@ -22,6 +22,10 @@ type masterWatch struct {
 	timeout  time.Duration
 	changes  prometheus.Counter
 	isMaster prometheus.Gauge
+	// changed, if set, is called when the first server answers and whenever
+	// another one takes its place: a server that restarted or took over may
+	// run with other settings (settingsWatch.poke).
+	changed func()
 }
 
 func newMasterWatch(s *redisstore.Store, reg prometheus.Registerer, log *zap.Logger, every, timeout time.Duration) *masterWatch {
@@ -67,6 +71,9 @@ func (w *masterWatch) check(ctx context.Context, last redisstore.ServerInfo) red
 		w.isMaster.Set(1)
 	} else {
 		w.isMaster.Set(0)
+	}
+	if si.RunID != last.RunID && w.changed != nil {
+		w.changed()
 	}
 	switch {
 	case last.RunID == "":

@@ -1,9 +1,13 @@
--- KEYS[1..N] mark keys; ARGV[1], ARGV[2] token (canonical decimal uint64) and mode ("ge" >=, "gt" >) of KEYS[1], the same pair for each further key, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT); returns {flag, mark} per key, flattened: 1 admitted or 0 stale with the mark as a decimal string, or -1 with an error text (corrupt mark)
+-- KEYS[1..N] mark keys; ARGV[1], ARGV[2] token (canonical decimal uint64) and mode ("ge" >=, "gt" >) of KEYS[1], the same pair for each further key, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT); returns {flag, mark} per key, flattened: 1 admitted or 0 stale with the mark as a decimal string, or -1 with an error text (a corrupt mark, a key of another type)
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
 -- seeing the marks the ones before it wrote, so a batch is the same as its
--- admissions run one after another. A corrupt mark fails that key only.
+-- admissions run one after another. A corrupt mark fails that key only, and
+-- so does a key of another type under the prefix (a hash, a list): a command
+-- on it raises WRONGTYPE, and a raised error would abort the whole batch after
+-- the keys before it had written their marks (a script is never rolled back),
+-- so every per-key command goes through call, which returns the error instead.
 --
 -- Numbers are compared as canonical decimal strings, by length then byte by
 -- byte: Lua numbers are doubles, exact only up to 2^53, and Lua's < on strings
@@ -41,6 +45,15 @@ local function canonical(s)
   return n < 20 or cmp(s, MAX) <= 0
 end
 
+-- call runs a command with redis.pcall: its reply, or nil and the error text.
+local function call(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    return nil, r.err
+  end
+  return r
+end
+
 local n = #KEYS
 if n < 1 or (#ARGV ~= 2 * n and #ARGV ~= 2 * n + 1) then
   return redis.error_reply('ERR fenceproxy: want a token and a mode per key')
@@ -64,31 +77,44 @@ end
 local out = {}
 for i = 1, n do
   local key, token, mode = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]
-  local flag, result
-  local mark = redis.call('GET', key)
-  if mark == false then
-    redis.call('SET', key, token)
-    flag, result = 1, token
+  -- write, when set, is the value the decision needs stored.
+  local flag, result, write
+  local mark, err = call('GET', key)
+  if err then
+    flag, result = -1, err
+  elseif mark == false then
+    flag, result, write = 1, token, token
   elseif not canonical(mark) then
-    flag, result = -1, 'corrupt mark at ' .. key
+    flag, result = -1, 'corrupt mark'
   else
     local c = cmp(token, mark)
     if c > 0 or (c == 0 and mode == 'ge') then
+      flag, result = 1, token
       -- An equal token changes nothing, but with WAIT the write is what makes
       -- the replicas' acknowledgement cover the mark this admission relied on.
       if c > 0 or w == 'w' then
-        redis.call('SET', key, token)
+        write = token
       end
-      flag, result = 1, token
     else
+      flag, result = 0, mark
       -- With WAIT a refusal rewrites the mark it reports, for the same reason:
       -- the acknowledgement then covers that mark too, so a refusal never
       -- reports a mark a failover could still take back.
       if w == 'w' then
-        redis.call('SET', key, mark)
+        write = mark
       end
-      flag, result = 0, mark
     end
+  end
+  if write then
+    -- A refused SET (out of memory, an ACL) fails its own key: the decision
+    -- would stand on a mark that was not written.
+    local _, serr = call('SET', key, write)
+    if serr then
+      flag, result = -1, serr
+    end
+  end
+  if flag == -1 then
+    result = result .. ' at ' .. key
   end
   out[2 * i - 1], out[2 * i] = flag, result
 end

@@ -45,9 +45,11 @@ type batcher struct {
 	client redis.UniversalClient
 	// oneCall sends a batch as one run of the script over all its keys
 	// (one EVALSHA instead of one per admission: far less work for Redis).
-	// A Cluster client cannot: the keys of a batch live on many nodes; it
-	// pipelines one EVALSHA per admission instead.
-	oneCall  bool
+	// A Cluster or Ring client cannot: the keys of a batch live on many
+	// nodes; it pipelines one EVALSHA per admission instead.
+	oneCall bool
+	// cluster is client when it is a Cluster client: see execNodes.
+	cluster  *redis.ClusterClient
 	queue    chan *admission
 	maxBatch int
 	stop     chan struct{} // closed by close: workers drain and exit
@@ -56,11 +58,12 @@ type batcher struct {
 }
 
 func newBatcher(client redis.UniversalClient, maxBatch, pipelines int) *batcher {
-	_, cluster := client.(*redis.ClusterClient)
+	cluster, _ := client.(*redis.ClusterClient)
 	_, ring := client.(*redis.Ring)
 	b := &batcher{
 		client:   client,
-		oneCall:  !cluster && !ring,
+		oneCall:  cluster == nil && !ring,
+		cluster:  cluster,
 		queue:    make(chan *admission, maxBatch*pipelines),
 		maxBatch: maxBatch,
 		stop:     make(chan struct{}),
@@ -185,12 +188,24 @@ func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	if b.oneCall {
-		b.execOne(ctx, live)
-		return cmds
+	switch {
+	case b.oneCall:
+		execOne(ctx, b.client, live)
+	case b.cluster != nil:
+		execNodes(ctx, b.cluster, live)
+	default:
+		cmds = execPipeline(ctx, b.client, live, cmds)
 	}
+	for _, a := range live {
+		a.done <- struct{}{}
+	}
+	return cmds
+}
 
-	pipe := b.client.Pipeline()
+// execPipeline pipelines one EVALSHA per admission of live on p and sets
+// each admission's reply.
+func execPipeline(ctx context.Context, p pipeliner, live []*admission, cmds []*redis.Cmd) []*redis.Cmd {
+	pipe := p.Pipeline()
 	for _, a := range live {
 		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, a.keys[:], a.tok, a.mode))
 	}
@@ -202,7 +217,7 @@ func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
 			if retry == nil {
-				retry = b.client.Pipeline()
+				retry = p.Pipeline()
 			}
 			cmds[i] = admitScript.Eval(ctx, retry, live[i].keys[:], live[i].tok, live[i].mode)
 		}
@@ -212,17 +227,41 @@ func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
 	}
 	for i, a := range live {
 		a.reply, a.err = cmds[i].Result()
-		a.done <- struct{}{}
-	}
-	for i := range cmds {
 		cmds[i] = nil
 	}
 	return cmds
 }
 
+// execNodes admits live on a cluster: it pipelines each admission to the
+// master that owns its key on that node's own client, never on the
+// ClusterClient's pipeline, which re-sends a batch after a lost connection
+// (up to MaxRedirects times, whatever MaxRetries says): an admission that
+// had run would run again, and a ">" one then be refused by its own mark. A
+// node client retries as MaxRetries allows, which New wants at -1 (none).
+//
+// A redirection (MOVED, ASK: the slot is elsewhere, or moving) is answered
+// as the error it is; the script did not run. Following it would take a
+// client for an address the ClusterClient does not lend out.
+func execNodes(ctx context.Context, cluster *redis.ClusterClient, live []*admission) {
+	groups := make(map[*redis.Client][]*admission)
+	for _, a := range live {
+		node, err := cluster.MasterForKey(ctx, a.keys[0])
+		if err != nil {
+			a.err = err
+			continue
+		}
+		groups[node] = append(groups[node], a)
+	}
+	var wg sync.WaitGroup
+	for node, group := range groups {
+		wg.Go(func() { execPipeline(ctx, node, group, make([]*redis.Cmd, 0, len(group))) })
+	}
+	wg.Wait()
+}
+
 // execOne admits live with one run of the script over all their keys, in
 // queue order; the reply holds a {flag, mark} pair per admission.
-func (b *batcher) execOne(ctx context.Context, live []*admission) {
+func execOne(ctx context.Context, c redis.Scripter, live []*admission) {
 	keys := make([]string, len(live))
 	args := make([]any, 0, 2*len(live))
 	for i, a := range live {
@@ -231,7 +270,7 @@ func (b *batcher) execOne(ctx context.Context, live []*admission) {
 	}
 	// Run is EVALSHA, and EVAL when the server answers NOSCRIPT (the script
 	// did not run then, so running it again is safe).
-	reply, err := admitScript.Run(ctx, b.client, keys, args...).Slice()
+	reply, err := admitScript.Run(ctx, c, keys, args...).Slice()
 	if err == nil && len(reply) != 2*len(live) {
 		err = fmt.Errorf("redisstore: batch of %d got %d replies", len(live), len(reply))
 	}
@@ -241,6 +280,5 @@ func (b *batcher) execOne(ctx context.Context, live []*admission) {
 		} else {
 			a.reply = reply[2*i : 2*i+2]
 		}
-		a.done <- struct{}{}
 	}
 }

@@ -14,9 +14,15 @@
 // can outlive the caller's deadline by the client's read timeout. It should have
 // MaxRetries: -1: a retried ">" admission whose first reply was lost finds its
 // own token as the mark and is refused, so the request gets a spurious refusal
-// (never a wrongful admission). A cluster client retries a network error once
-// on its own (MaxRedirects), with the same effect. New logs a warning when
-// either option is unset. With a dead server every admission spends its whole
-// deadline redialling unless DialerRetries is small (go-redis tries 5 times,
-// 100ms apart, by default); the deadline holds either way.
+// (never a wrongful admission). New logs a warning when either option is
+// unset. A cluster client re-sends after a network error whatever MaxRetries
+// says (up to MaxRedirects times), so admissions do not go through it: each
+// runs on the node client of its key's master (ClusterClient.MasterForKey),
+// which retries only as MaxRetries allows. A lost reply is then an error, and
+// so is a MOVED or ASK redirection (the script did not run); a failed
+// admission asks the cluster client for a fresh slot map. With a dead server
+// every admission spends its whole deadline redialling unless DialerRetries is
+// small (go-redis tries 5 times, 100ms apart, by default); the deadline holds
+// either way. A key of another type under the prefix (a hash, say) fails its
+// own admissions only, batched or not.
 package redisstore

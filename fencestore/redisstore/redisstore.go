@@ -155,9 +155,10 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 	case s.batch != nil:
 		reply, err = s.batch.admit(ctx, key, tok, mode)
 	default:
-		reply, err = admitScript.Run(ctx, s.client, []string{key}, tok, mode).Result()
+		reply, err = s.run(ctx, key, tok, mode)
 	}
 	if err != nil {
+		s.refreshSlots()
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
 	d, err := parseReply(reply, token, cmp)
@@ -177,6 +178,33 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 		})
 	}
 	return d, nil
+}
+
+// run admits key with one script run. On a cluster it runs on the node
+// client of the key's master, for the reason execNodes gives: the
+// ClusterClient's own Process re-sends a command after a network error (up
+// to MaxRedirects times, whatever MaxRetries says).
+func (s *Store) run(ctx context.Context, key, tok, mode string) (any, error) {
+	var c redis.Scripter = s.client
+	if cluster, ok := s.client.(*redis.ClusterClient); ok {
+		node, err := cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		c = node
+	}
+	return admitScript.Run(ctx, c, []string{key}, tok, mode).Result()
+}
+
+// refreshSlots asks a cluster client for a fresh slot map after an admission
+// failed: the error may be a redirection (MOVED) or a master that no longer
+// answers (a failover moves its slots to a replica), and admissions bypass
+// the ClusterClient's own paths, which would have noticed. The reload runs in
+// the background, at most one at a time.
+func (s *Store) refreshSlots() {
+	if cluster, ok := s.client.(*redis.ClusterClient); ok {
+		cluster.ReloadState(context.Background())
+	}
 }
 
 // admitAndWait sends the script and WAIT in one pipeline, so they run on one
@@ -220,7 +248,8 @@ func isNoScript(err error) bool {
 
 // nodeFor returns a client whose pipelines run on one connection to the node
 // that owns key. A cluster or ring client would route the keyless WAIT to some
-// other node.
+// other node (and a cluster client re-sends the script after a lost reply: see
+// execNodes).
 func (s *Store) nodeFor(ctx context.Context, key string) (pipeliner, error) {
 	switch c := s.client.(type) {
 	case masterForKeyer:

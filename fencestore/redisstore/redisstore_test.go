@@ -312,6 +312,54 @@ func TestScriptBatch(t *testing.T) {
 	}
 }
 
+// A key of another type under the prefix (a hash, a list, a set) fails its
+// own admission only: the keys before and after it in the same script run
+// are decided and written as if it were not there, and it is left as it was.
+func TestScriptForeignKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	src, err := os.ReadFile("admit.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, "hash", "f", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RPush(ctx, "list", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SAdd(ctx, "set", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range [][]any{nil, {"w"}} { // with "w" every key is written
+		if err := c.Del(ctx, "a", "b", "c").Err(); err != nil {
+			t.Fatal(err)
+		}
+		args := append([]any{"5", "gt", "1", "ge", "7", "gt", "1", "gt", "9", "ge", "1", "ge", "4", "gt"}, w...)
+		got, err := c.Eval(ctx, string(src), []string{"a", "hash", "b", "list", "c", "set", "a"}, args...).Slice()
+		if err != nil {
+			t.Fatalf("EVAL %v: %v; want a reply per key", args, err)
+		}
+		wrong := "WRONGTYPE Operation against a key holding the wrong kind of value at "
+		want := []any{int64(1), "5", int64(-1), wrong + "hash", int64(1), "7", int64(-1), wrong + "list",
+			int64(1), "9", int64(-1), wrong + "set", int64(0), "5"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("EVAL %v:\n got %q\nwant %q", args, got, want)
+		}
+		for key, v := range map[string]string{"a": "5", "b": "7", "c": "9"} {
+			if got, err := c.Get(ctx, key).Result(); err != nil || got != v {
+				t.Errorf("GET %s = %q, %v; want %q", key, got, err, v)
+			}
+		}
+		for key, typ := range map[string]string{"hash": "hash", "list": "list", "set": "set"} {
+			if got, err := c.Type(ctx, key).Result(); err != nil || got != typ {
+				t.Errorf("TYPE %s = %q, %v; want %s, untouched", key, got, err, typ)
+			}
+		}
+	}
+}
+
 func TestNoScriptRecovery(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := newStore(t, srv, redisstore.Options{})
