@@ -1,0 +1,347 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/fencestore/storetest"
+)
+
+// newClusterStore returns a store on a cluster client of cluster, under a key
+// prefix of its own unless opts has one, closed when the test ends. dial, if
+// not nil, is the client's Dialer.
+func newClusterStore(t testing.TB, cluster *redistest.Cluster, opts redisstore.Options,
+	dial func(ctx context.Context, network, addr string) (net.Conn, error),
+) (*redisstore.Store, *redis.ClusterClient, string) {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 cluster.Addrs(),
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		Dialer:                dial,
+	})
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = fmt.Sprintf("fence:%d:", prefixes.Add(1))
+	}
+	s := redisstore.New(cc, opts)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, cc, opts.KeyPrefix
+}
+
+// The suite on a cluster, where admissions go to the node clients of the
+// masters, batched (grouped by node) and not.
+func TestClusterConformance(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	for _, tc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) fencestore.Store {
+				s, _, _ := newClusterStore(t, cluster, tc.opts, nil)
+				return s
+			})
+		})
+	}
+}
+
+// A ">" admission whose reply is lost on its way back from the node: the
+// script ran, so no retry may run it again (it would be refused by its own
+// mark, a 409 claiming a newer holder wrote). The caller gets an error,
+// the script ran once, and the next token is admitted.
+func TestClusterLostReply(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	for _, tc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			relays := map[string]*relay{}
+			for _, addr := range cluster.Addrs() {
+				relays[addr] = startRelay(t, addr)
+			}
+			s, cc, prefix := newClusterStore(t, cluster, tc.opts,
+				func(ctx context.Context, network, addr string) (net.Conn, error) {
+					if r, ok := relays[addr]; ok {
+						addr = r.ln.Addr().String()
+					}
+					var d net.Dialer
+					return d.DialContext(ctx, network, addr)
+				})
+			ctx := t.Context()
+			const res = "orders/1"
+			node, err := cc.MasterForKey(ctx, prefix+res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := node.Options().Addr
+			r := relays[addr]
+			if r == nil {
+				t.Fatalf("the key's master %s has no relay", addr)
+			}
+			// The first admission caches the script on the node, so the one
+			// whose reply is lost is a single EVALSHA.
+			if d, err := s.Admit(ctx, res, 1, fencestore.Greater); err != nil || !d.Admitted {
+				t.Fatalf("Admit(1) = %+v, %v; want admitted", d, err)
+			}
+			before := scriptRuns(t, addr)
+			r.armed.Store(true)
+			d, err := s.Admit(ctx, res, 2, fencestore.Greater)
+			if !errors.Is(err, fencestore.ErrUnavailable) {
+				t.Errorf("Admit(2) with its reply lost = %+v, %v; want an error wrapping ErrUnavailable", d, err)
+			} else {
+				t.Log(err)
+			}
+			if n := r.dropped.Load(); n != 1 {
+				t.Fatalf("the relay dropped %d replies, want 1", n)
+			}
+			if n := scriptRuns(t, addr) - before; n != 1 {
+				t.Errorf("the node ran the script %d times for Admit(2), want once", n)
+			}
+			if got, err := redistest.Do(addr, nil, "GET", prefix+res); err != nil || got != "2" {
+				t.Errorf("GET %s = %v, %v; want 2 (the lost admission ran)", prefix+res, got, err)
+			}
+			if d, err := s.Admit(ctx, res, 3, fencestore.Greater); err != nil || !d.Admitted || d.Mark != 3 {
+				t.Errorf("Admit(3) after the lost reply = %+v, %v; want admitted", d, err)
+			}
+		})
+	}
+}
+
+// scriptRuns is how many EVAL and EVALSHA commands the server at addr has
+// run.
+func scriptRuns(t testing.TB, addr string) int {
+	t.Helper()
+	stats, err := redistest.Info(addr, nil, "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, cmd := range []string{"cmdstat_eval", "cmdstat_evalsha"} {
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stats[cmd], "calls="), ",")
+		if calls != "" {
+			c, err := strconv.Atoi(calls)
+			if err != nil {
+				t.Fatalf("%s: %q", cmd, stats[cmd])
+			}
+			n += c
+		}
+	}
+	return n
+}
+
+// relay is a TCP proxy on 127.0.0.1 in front of one Redis node. Once armed,
+// it passes the next request that holds an EVAL or EVALSHA on to the node
+// and then closes the client's connection instead of passing the reply on:
+// the script ran, and the client cannot know it. (A clean close, which the
+// client reads as EOF: go-redis retries that, not a reset.)
+type relay struct {
+	ln      net.Listener
+	target  string
+	armed   atomic.Bool
+	dropped atomic.Int32
+
+	mu     sync.Mutex
+	closed bool
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+// startRelay starts a relay to target, stopped when the test ends.
+func startRelay(t testing.TB, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, target: target}
+	r.wg.Go(r.accept)
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *relay) accept() {
+	for {
+		client, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		node, err := net.DialTimeout("tcp", r.target, time.Second)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		if !r.track(client, node) {
+			return
+		}
+		var dropNext atomic.Bool
+		r.wg.Go(func() {
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := client.Read(buf)
+				if n > 0 {
+					if bytes.Contains(bytes.ToLower(buf[:n]), []byte("eval")) && r.armed.CompareAndSwap(true, false) {
+						dropNext.Store(true)
+					}
+					if _, err := node.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					node.Close()
+					return
+				}
+			}
+		})
+		r.wg.Go(func() {
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := node.Read(buf)
+				if n > 0 && dropNext.Load() {
+					r.dropped.Add(1)
+					client.Close()
+					node.Close()
+					return
+				}
+				if n > 0 {
+					if _, err := client.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					client.Close()
+					return
+				}
+			}
+		})
+	}
+}
+
+// track records a connection pair for close, or closes it if the relay is
+// already closed.
+func (r *relay) track(c ...net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		for _, x := range c {
+			x.Close()
+		}
+		return false
+	}
+	r.conns = append(r.conns, c...)
+	return true
+}
+
+func (r *relay) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.ln.Close()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+// Redirections: an admission sent to a node that no longer serves its slot
+// (MOVED), or whose key has already left a migrating slot (ASK), did not run.
+// It is answered as an error, nothing is written, and the store asks for a
+// fresh slot map, so the admissions after it reach the new owner.
+func TestClusterRedirect(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	s, cc, prefix := newClusterStore(t, cluster, redisstore.Options{}, nil)
+	ctx := t.Context()
+	const res = "orders/moving"
+	key := prefix + res
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := node.Options().Addr
+	var dst, other string
+	for _, a := range cluster.Addrs() {
+		switch {
+		case a == src:
+		case dst == "":
+			dst = a
+		default:
+			other = a
+		}
+	}
+	slot := fmt.Sprint(nodeDo(t, src, "CLUSTER", "KEYSLOT", key))
+	srcID, dstID := fmt.Sprint(nodeDo(t, src, "CLUSTER", "MYID")), fmt.Sprint(nodeDo(t, dst, "CLUSTER", "MYID"))
+	nothingWritten := func(what string) {
+		t.Helper()
+		for _, a := range []string{src, dst} {
+			if n := nodeDo(t, a, "CLUSTER", "COUNTKEYSINSLOT", slot); n != int64(0) {
+				t.Fatalf("%s: node %s holds %v keys in slot %s, want none", what, a, n, slot)
+			}
+		}
+	}
+
+	// The slot migrates from src to dst, and key is not on src: src answers
+	// ASK.
+	nodeDo(t, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+	nodeDo(t, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+	if d, err := s.Admit(ctx, res, 5, fencestore.Greater); !errors.Is(err, fencestore.ErrUnavailable) {
+		t.Fatalf("Admit during the migration = %+v, %v; want an error wrapping ErrUnavailable (ASK)", d, err)
+	} else {
+		t.Log(err)
+	}
+	nothingWritten("after ASK")
+
+	// dst owns the slot now. A store whose client read the slot map before
+	// that is sent to src, which answers MOVED.
+	stale, staleCC, _ := newClusterStore(t, cluster, redisstore.Options{KeyPrefix: prefix}, nil)
+	if n, err := staleCC.MasterForKey(ctx, key); err != nil || n.Options().Addr != src {
+		t.Fatalf("the stale client maps the key to %v (%v), want %s", n, err, src)
+	}
+	for _, a := range []string{dst, src, other} {
+		nodeDo(t, a, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	}
+	if d, err := stale.Admit(ctx, res, 6, fencestore.Greater); !errors.Is(err, fencestore.ErrUnavailable) {
+		t.Fatalf("Admit with a stale slot map = %+v, %v; want an error wrapping ErrUnavailable (MOVED)", d, err)
+	} else {
+		t.Log(err)
+	}
+	nothingWritten("after MOVED")
+
+	// The failure asked for a fresh slot map: the next admissions reach dst.
+	redistest.Poll(t, 5*time.Second, "an admission after MOVED", func() error {
+		d, err := stale.Admit(ctx, res, 7, fencestore.Greater)
+		if err != nil {
+			return err
+		}
+		if !d.Admitted {
+			return fmt.Errorf("refused: %+v", d)
+		}
+		return nil
+	})
+	if got := nodeDo(t, dst, "GET", key); got != "7" {
+		t.Fatalf("GET %s on %s = %v, want 7", key, dst, got)
+	}
+}
+
+// nodeDo runs one command on the node at addr, failing the test on an error.
+func nodeDo(t testing.TB, addr string, args ...any) any {
+	t.Helper()
+	r, err := redistest.Do(addr, nil, args...)
+	if err != nil {
+		t.Fatalf("%s %v: %v", addr, args, err)
+	}
+	return r
+}
