@@ -66,6 +66,14 @@ type program struct {
 
 func start(t *testing.T, env map[string]string) *program {
 	t.Helper()
+	// The settings check runs every 200ms instead of every 5s, so that
+	// tests see a setting changed by CONFIG SET take effect at once.
+	return startWith(t, env, serveHooks{settingsEvery: 200 * time.Millisecond})
+}
+
+// startWith is start with hooks (listening is set here).
+func startWith(t *testing.T, env map[string]string, hooks serveHooks) *program {
+	t.Helper()
 	full := map[string]string{
 		"FENCE_LISTEN_ADDR": "127.0.0.1:0",
 		"FENCE_ADMIN_ADDR":  "127.0.0.1:0",
@@ -82,12 +90,7 @@ func start(t *testing.T, env map[string]string) *program {
 	p := &program{logs: &syncBuffer{}}
 	addrs := make(chan [2]net.Addr, 1)
 	done := make(chan error, 1)
-	// The settings check runs every 200ms instead of every 5s, so that
-	// tests see a setting changed by CONFIG SET take effect at once.
-	hooks := serveHooks{
-		listening:     func(d, a net.Addr) { addrs <- [2]net.Addr{d, a} },
-		settingsEvery: 200 * time.Millisecond,
-	}
+	hooks.listening = func(d, a net.Addr) { addrs <- [2]net.Addr{d, a} }
 	go func() { done <- serve(ctx, cfg, p.logs, hooks) }()
 	select {
 	case a := <-addrs:
@@ -341,9 +344,9 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 	}))
 	defer up.Close()
 
-	// The caller's FENCE_* variables (FENCE_SKIP_REDIS=1 from make
-	// test-short, say) are not the child's configuration, and an unknown one
-	// would stop it at start.
+	// A FENCE_* variable of this process (FENCE_SKIP_REDIS=1 from make
+	// test-short, say) is not the child's configuration, and an unknown one
+	// would stop its start: withoutFenceVars keeps them from it.
 	t.Setenv("FENCE_NOT_A_SETTING", "1")
 	dataAddr, adminAddr := freePort(t), freePort(t)
 	cmd := exec.Command(bin)

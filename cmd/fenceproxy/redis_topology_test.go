@@ -143,9 +143,9 @@ func wantNoEvictionAdvice(t *testing.T, p *program) {
 // fenceACL is the least a Redis user needs for fenceproxy: PING (readiness),
 // EVALSHA and EVAL on NOSCRIPT (admission), GET and SET (called by the
 // admission script, which runs with the caller's permissions), WAIT
-// (FENCE_REDIS_MIN_REPLICAS), CONFIG GET (the eviction check), INFO (the
-// watch of the master's run id and role), on the keys of FENCE_KEY_PREFIX
-// only. A cluster client also needs CLUSTER SLOTS and COMMAND (see
+// (FENCE_REDIS_MIN_REPLICAS), CONFIG GET (the eviction and persistence
+// checks), INFO (the watch of the master's run id and role), on the keys of
+// FENCE_KEY_PREFIX only. A cluster client also needs CLUSTER SLOTS and COMMAND (see
 // TestRedisCluster).
 var fenceACL = []any{"~fence:*", "resetchannels", "-@all",
 	"+ping", "+evalsha", "+eval", "+get", "+set", "+wait", "+config|get", "+info"}
