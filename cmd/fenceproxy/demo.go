@@ -21,7 +21,7 @@ import (
 // demoRoutes gives each order its own mark.
 const demoRoutes = `routes:
   - name: order-writes
-    path: /orders/{orderID}
+    path: /orders/{orderID:uint}
     resource: orders/{orderID}
 `
 

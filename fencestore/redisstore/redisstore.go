@@ -356,21 +356,6 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// EvictionPolicy returns the server's maxmemory-policy (CONFIG GET), so that
-// the caller can tell whether marks could be evicted; see PolicyMayEvict. It
-// fails where CONFIG is disallowed, as on many managed services.
-func (s *Store) EvictionPolicy(ctx context.Context) (string, error) {
-	m, err := s.client.ConfigGet(ctx, "maxmemory-policy").Result()
-	if err != nil {
-		return "", fmt.Errorf("redisstore: CONFIG GET maxmemory-policy: %w", err)
-	}
-	p, ok := m["maxmemory-policy"]
-	if !ok {
-		return "", errors.New("redisstore: CONFIG GET maxmemory-policy: no such parameter in reply")
-	}
-	return p, nil
-}
-
 // PolicyMayEvict reports whether a maxmemory-policy could evict a mark. The
 // allkeys-* policies can. The volatile-* policies evict only keys with a TTL,
 // and marks never have one; noeviction refuses writes instead (admissions then

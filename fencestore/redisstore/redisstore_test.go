@@ -543,26 +543,6 @@ func TestMinReplicas(t *testing.T) {
 	})
 }
 
-func TestEvictionPolicy(t *testing.T) {
-	srv := redistest.Start(t)
-	s, _ := newStore(t, srv, redisstore.Options{})
-	ctx := t.Context()
-	for _, policy := range []string{"noeviction", "allkeys-lru", "volatile-ttl"} {
-		if err := srv.Client(t).ConfigSet(ctx, "maxmemory-policy", policy).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := s.EvictionPolicy(ctx); err != nil || got != policy {
-			t.Errorf("EvictionPolicy = %q, %v; want %q", got, err, policy)
-		}
-	}
-
-	locked := redistest.Start(t, "--rename-command", "CONFIG", "")
-	s2, _ := newStore(t, locked, redisstore.Options{})
-	if p, err := s2.EvictionPolicy(ctx); err == nil {
-		t.Errorf("EvictionPolicy with CONFIG disabled = %q, want an error", p)
-	}
-}
-
 func TestPolicyMayEvict(t *testing.T) {
 	for policy, want := range map[string]bool{
 		"noeviction":      false,
