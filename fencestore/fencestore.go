@@ -4,11 +4,13 @@
 // sub-packages (redisstore, boltstore, memstore); the shared conformance suite
 // that every one of them must pass lives in storetest.
 //
-// The guarantee every Store makes: Admit is atomic per resource. With AtLeast
-// a token is admitted iff no mark exists or token >= mark, and the mark becomes
+// The guarantee every Store makes: Admit is atomic per resource, and decides
+// as Admission.Decide does. Without a sequence, with AtLeast a token is
+// admitted iff no mark exists or token >= mark, and the mark becomes
 // max(mark, token); with Greater a token is admitted iff no mark exists or
-// token > mark, and the mark becomes token. Comparison is exact over the whole
-// uint64 range. A mark never moves backwards. Stale is a Decision, not an
+// token > mark, and the mark becomes token. With a sequence the mark is the
+// pair (token, sequence), compared in that order. Comparison is exact over
+// the whole uint64 range. A mark never moves backwards. Stale is a Decision, not an
 // error: an error means the store could not answer, and the caller must then
 // refuse the request (fail closed).
 package fencestore
@@ -56,13 +58,35 @@ func (c Compare) Admits(token, mark uint64, hasMark bool) bool {
 	return token >= mark
 }
 
+// Admission is one request to admit against a resource's mark.
+type Admission struct {
+	Resource string
+	Token    uint64
+	// Sequence orders the requests of one lease (one token) when HasSequence
+	// is set: see Decide.
+	Sequence    uint64
+	HasSequence bool
+	// Compare applies to an admission without a sequence.
+	Compare Compare
+}
+
 // Decision is the outcome of one admission.
 type Decision struct {
 	// Admitted is true when the request may be forwarded.
 	Admitted bool
 	// Mark is the resource's high-water mark after the admission: the new mark
-	// when admitted, the (greater) mark that refused the token when stale.
+	// when admitted, the mark that refused the token when stale.
 	Mark uint64
+	// Sequence is the mark's sequence, when HasSequence: the greatest
+	// sequence admitted with token Mark.
+	Sequence    uint64
+	HasSequence bool
+}
+
+// StaleSequence reports whether d refused a of a for its sequence alone: its
+// token equals the mark, and its sequence is not above the mark's.
+func (d Decision) StaleSequence(a Admission) bool {
+	return !d.Admitted && a.HasSequence && d.Mark == a.Token
 }
 
 // Store keeps one high-water mark per resource and admits tokens against it.
@@ -70,8 +94,9 @@ type Decision struct {
 // it they return an error wrapping ErrUnavailable. An error is indeterminate:
 // the admission may still be applied after the caller gave up.
 type Store interface {
-	// Admit atomically compares token with the resource's mark and advances it.
-	Admit(ctx context.Context, resource string, token uint64, cmp Compare) (Decision, error)
+	// Admit atomically decides a against its resource's mark (Decide) and
+	// advances the mark.
+	Admit(ctx context.Context, a Admission) (Decision, error)
 	// Mark returns the resource's mark, and false when it has none. It is an
 	// operator's read; the request path never needs it.
 	Mark(ctx context.Context, resource string) (mark uint64, ok bool, err error)

@@ -207,7 +207,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resource, interned := rt.names.lookup(name)
 
 	start := time.Now()
-	d, err := p.store.Admit(p.deadlines.context(start), resource, token, rt.compare)
+	d, err := p.store.Admit(p.deadlines.context(start), fencestore.Admission{Resource: resource, Token: token, Compare: rt.compare})
 	elapsed := time.Since(start)
 
 	switch {

@@ -183,7 +183,7 @@ func TestRefusedNamesAreNotInterned(t *testing.T) {
 // failingStore answers every admission with err.
 type failingStore struct{ err error }
 
-func (s failingStore) Admit(context.Context, string, uint64, fencestore.Compare) (fencestore.Decision, error) {
+func (s failingStore) Admit(context.Context, fencestore.Admission) (fencestore.Decision, error) {
 	return fencestore.Decision{}, s.err
 }
 func (s failingStore) Mark(context.Context, string) (uint64, bool, error) { return 0, false, s.err }

@@ -422,7 +422,7 @@ type gatedStore struct {
 func (g *gatedStore) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
 	g.entered <- struct{}{}
 	<-g.release
-	return g.Store.Admit(ctx, resource, token, cmp)
+	return g.Store.Admit(ctx, fencestore.Admission{Resource: resource, Token: token, Compare: cmp})
 }
 
 // A client that leaves while its request is being admitted: the admission

@@ -176,7 +176,7 @@ func TestCheckConnectBolt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Admit(context.Background(), "r", 42, fencestore.AtLeast); err != nil {
+	if _, err := s.Admit(context.Background(), fencestore.Admission{Resource: "r", Token: 42, Compare: fencestore.AtLeast}); err != nil {
 		t.Fatal(err)
 	}
 	out, err = runCheck(t, env(existing), "--connect")

@@ -25,11 +25,11 @@ type guardedStore struct {
 }
 
 // Admit refuses while a refusal is in force, else admits through the store.
-func (g *guardedStore) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+func (g *guardedStore) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	if u := g.unsafe.Load(); u != nil {
 		return fencestore.Decision{}, u
 	}
-	return g.Store.Admit(ctx, resource, token, cmp)
+	return g.Store.Admit(ctx, a)
 }
 
 // ready is the readiness check that goes with the refusal.

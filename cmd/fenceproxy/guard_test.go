@@ -27,7 +27,7 @@ func TestGuardedStore(t *testing.T) {
 	unsafe := &fencestore.UnsafeError{Reason: "Redis maxmemory-policy is allkeys-lru, which can evict marks"}
 	g.unsafe.Store(unsafe)
 
-	_, err := g.Admit(ctx, "r", 7, fencestore.AtLeast)
+	_, err := g.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast})
 	var ue *fencestore.UnsafeError
 	if !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ue) || ue != unsafe {
 		t.Fatalf("Admit while unsafe = %v", err)
@@ -38,19 +38,19 @@ func TestGuardedStore(t *testing.T) {
 	if _, ok, _ := inner.Mark(ctx, "r"); ok {
 		t.Fatal("a refused admission reached the store")
 	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = g.Admit(ctx, "r", 7, fencestore.AtLeast) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _, _ = g.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast}) }); n != 0 {
 		t.Fatalf("a refusal allocates %v times", n)
 	}
 
 	g.unsafe.Store(nil)
-	if d, err := g.Admit(ctx, "r", 7, fencestore.AtLeast); err != nil || !d.Admitted {
+	if d, err := g.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast}); err != nil || !d.Admitted {
 		t.Fatalf("Admit when safe = %+v, %v", d, err)
 	}
 	if err := g.ready(ctx); err != nil {
 		t.Fatalf("ready when safe = %v", err)
 	}
-	through := testing.AllocsPerRun(100, func() { _, _ = g.Admit(ctx, "r", 7, fencestore.AtLeast) })
-	direct := testing.AllocsPerRun(100, func() { _, _ = inner.Admit(ctx, "r", 7, fencestore.AtLeast) })
+	through := testing.AllocsPerRun(100, func() { _, _ = g.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast}) })
+	direct := testing.AllocsPerRun(100, func() { _, _ = inner.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast}) })
 	if through != direct {
 		t.Fatalf("the guard adds allocations: %v through it, %v without", through, direct)
 	}

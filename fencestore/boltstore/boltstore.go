@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,12 +74,11 @@ type Store struct {
 
 // pending is one admission waiting for the committer.
 type pending struct {
-	key   []byte
-	token uint64
-	cmp   fencestore.Compare
-	d     fencestore.Decision
-	err   error
-	done  chan struct{} // buffered 1: the committer never blocks on a gone caller
+	key  []byte
+	a    fencestore.Admission
+	d    fencestore.Decision
+	err  error
+	done chan struct{} // buffered 1: the committer never blocks on a gone caller
 }
 
 // Open opens or creates the store file at path and takes its lock.
@@ -127,15 +125,15 @@ func Open(path string, opts Options) (*Store, error) {
 	return st, nil
 }
 
-// Admit compares token with resource's mark and advances it in one bbolt
+// Admit decides a against its resource's mark and advances it in one bbolt
 // transaction, shared with concurrent admissions. When ctx ends first, Admit
 // returns an error wrapping fencestore.ErrUnavailable at once, but the
 // admission is indeterminate: it stays queued and may still commit.
-func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
-	key := []byte(s.prefix + resource)
+	key := []byte(s.prefix + a.Resource)
 
 	// A decision that writes nothing, a refusal or an equal token under ">=",
 	// is just as atomic taken from a read-only transaction: the mark only
@@ -158,9 +156,9 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 		if err != nil {
 			return err
 		}
-		if ok && token <= mark {
-			d, settled = fencestore.Decision{Admitted: cmp.Admits(token, mark, true), Mark: mark}, true
-		}
+		var write bool
+		d, _, write = a.Decide(mark, ok)
+		settled = !write
 		return nil
 	})
 	if err != nil {
@@ -170,7 +168,7 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 		return d, nil
 	}
 
-	p := &pending{key: key, token: token, cmp: cmp, done: make(chan struct{}, 1)}
+	p := &pending{key: key, a: a, done: make(chan struct{}, 1)}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -225,7 +223,7 @@ func (s *Store) commit() {
 				return errors.New("bucket missing")
 			}
 			for _, p := range batch {
-				p.d, p.err = decide(b, p.key, p.token, p.cmp)
+				p.d, p.err = decide(b, p.key, p.a)
 			}
 			return nil
 		})
@@ -250,22 +248,20 @@ func (s *Store) commit() {
 	}
 }
 
-// decide admits token against key's mark in b and advances the mark. A
-// corrupt mark fails this admission only, not its group.
-func decide(b *bolt.Bucket, key []byte, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+// decide admits a against key's mark in b and advances the mark. A corrupt
+// mark fails this admission only, not its group.
+func decide(b *bolt.Bucket, key []byte, a fencestore.Admission) (fencestore.Decision, error) {
 	mark, ok, err := parseMark(key, b.Get(key))
 	if err != nil {
 		return fencestore.Decision{}, err
 	}
-	if !cmp.Admits(token, mark, ok) {
-		return fencestore.Decision{Mark: mark}, nil
-	}
-	if !ok || token != mark {
-		if err := b.Put(key, strconv.AppendUint(nil, token, 10)); err != nil {
+	d, next, write := a.Decide(mark, ok)
+	if write {
+		if err := b.Put(key, next.AppendValue(nil)); err != nil {
 			return fencestore.Decision{}, err
 		}
 	}
-	return fencestore.Decision{Admitted: true, Mark: token}, nil
+	return d, nil
 }
 
 // Mark returns resource's mark, and false when it has none. It reads the
@@ -278,7 +274,7 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	}
 	key := []byte(s.prefix + resource)
 	var (
-		mark uint64
+		mark fencestore.Mark
 		ok   bool
 	)
 	err := s.view(func(tx *bolt.Tx) error {
@@ -293,7 +289,7 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	if err != nil {
 		return 0, false, fencestore.Unavailable(fmt.Errorf("boltstore: mark %q: %w", key, err))
 	}
-	return mark, ok, nil
+	return mark.Token, ok, nil
 }
 
 // Ping reports whether the file is open and readable.
@@ -346,15 +342,16 @@ func (s *Store) Close() error {
 }
 
 // parseMark reads a stored mark. nil means absent; anything else must be a
-// canonical decimal uint64, as the Redis store writes it. Reading a damaged
-// value as absent would admit any token, so it is an error.
-func parseMark(key, v []byte) (uint64, bool, error) {
+// mark as fencestore.ParseMarkValue reads it (the token in canonical decimal,
+// then ":sequence" when it has one), as the Redis store writes it. Reading a
+// damaged value as absent would admit any token, so it is an error.
+func parseMark(key, v []byte) (fencestore.Mark, bool, error) {
 	if v == nil {
-		return 0, false, nil
+		return fencestore.Mark{}, false, nil
 	}
-	mark, ok := fencestore.ParseMark(v)
+	mark, ok := fencestore.ParseMarkValue(v)
 	if !ok {
-		return 0, false, fencestore.Unavailable(fmt.Errorf("corrupt mark %q at key %q", v, key))
+		return fencestore.Mark{}, false, fencestore.Unavailable(fmt.Errorf("corrupt mark %q at key %q", v, key))
 	}
 	return mark, true, nil
 }

@@ -48,7 +48,7 @@ func TestReopenKeepsMarks(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "marks.db")
 	s := open(t, path, boltstore.Options{KeyPrefix: "fence:"})
 	for res, token := range map[string]uint64{"a": 42, "b": 1<<64 - 1, "c": 0} {
-		if _, err := s.Admit(ctx, res, token, fencestore.Greater); err != nil {
+		if _, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: token, Compare: fencestore.Greater}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -63,7 +63,7 @@ func TestReopenKeepsMarks(t *testing.T) {
 			t.Errorf("after reopen Mark(%q) = %d, %t, %v; want %d", res, got, ok, err, want)
 		}
 	}
-	if d, err := s.Admit(ctx, "a", 42, fencestore.Greater); err != nil || d.Admitted || d.Mark != 42 {
+	if d, err := s.Admit(ctx, fencestore.Admission{Resource: "a", Token: 42, Compare: fencestore.Greater}); err != nil || d.Admitted || d.Mark != 42 {
 		t.Errorf("after reopen Admit(a, 42, >) = %+v, %v; want stale at 42", d, err)
 	}
 	// Another prefix is another namespace in the same file.
@@ -81,7 +81,7 @@ func TestLayout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "marks.db")
 	s := open(t, path, boltstore.Options{KeyPrefix: "fence:"})
 	for res, token := range map[string]uint64{"orders/42": 9007199254740993, "zero": 0} {
-		if _, err := s.Admit(t.Context(), res, token, fencestore.AtLeast); err != nil {
+		if _, err := s.Admit(t.Context(), fencestore.Admission{Resource: res, Token: token, Compare: fencestore.AtLeast}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,7 +139,7 @@ func TestCorruptMark(t *testing.T) {
 			writeRaw(t, path, "fence:r", v)
 			s := open(t, path, boltstore.Options{KeyPrefix: "fence:"})
 			for _, cmp := range []fencestore.Compare{fencestore.AtLeast, fencestore.Greater} {
-				d, err := s.Admit(t.Context(), "r", 1<<64-1, cmp)
+				d, err := s.Admit(t.Context(), fencestore.Admission{Resource: "r", Token: 1<<64 - 1, Compare: cmp})
 				if !errors.Is(err, fencestore.ErrUnavailable) {
 					t.Errorf("Admit over %q (%v) = %+v, %v; want ErrUnavailable", v, cmp, d, err)
 				}
@@ -197,7 +197,7 @@ func TestBatchedAdmissions(t *testing.T) {
 			defer cancel()
 			// Every token is distinct; under ">" exactly the admissions that
 			// found a lower mark pass, and token n-1 always does.
-			d, err := s.Admit(ctx, "batched", uint64(i), fencestore.Greater)
+			d, err := s.Admit(ctx, fencestore.Admission{Resource: "batched", Token: uint64(i), Compare: fencestore.Greater})
 			if err != nil {
 				t.Error(err)
 				return
@@ -223,7 +223,7 @@ func BenchmarkAdmit(b *testing.B) {
 		var token uint64
 		for b.Loop() {
 			token++
-			if _, err := s.Admit(ctx, "bench", token, fencestore.AtLeast); err != nil {
+			if _, err := s.Admit(ctx, fencestore.Admission{Resource: "bench", Token: token, Compare: fencestore.AtLeast}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -233,12 +233,12 @@ func BenchmarkAdmit(b *testing.B) {
 	b.Run("equal", func(b *testing.B) {
 		s := open(b, filepath.Join(b.TempDir(), "marks.db"), boltstore.Options{})
 		defer s.Close()
-		if _, err := s.Admit(ctx, "bench", 7, fencestore.AtLeast); err != nil {
+		if _, err := s.Admit(ctx, fencestore.Admission{Resource: "bench", Token: 7, Compare: fencestore.AtLeast}); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if d, err := s.Admit(ctx, "bench", 7, fencestore.AtLeast); err != nil || !d.Admitted {
+			if d, err := s.Admit(ctx, fencestore.Admission{Resource: "bench", Token: 7, Compare: fencestore.AtLeast}); err != nil || !d.Admitted {
 				b.Fatal(d, err)
 			}
 		}
@@ -253,7 +253,7 @@ func BenchmarkAdmit(b *testing.B) {
 		b.SetParallelism(32)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := s.Admit(ctx, "bench", token.Add(1), fencestore.AtLeast); err != nil {
+				if _, err := s.Admit(ctx, fencestore.Admission{Resource: "bench", Token: token.Add(1), Compare: fencestore.AtLeast}); err != nil {
 					b.Error(err)
 					return
 				}

@@ -36,7 +36,7 @@ func TestAdmitDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = s.Admit(ctx, "r", 5, fencestore.AtLeast)
+	_, err = s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 5, Compare: fencestore.AtLeast})
 	if !errors.Is(err, fencestore.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Admit behind a stuck writer: err = %v, want ErrUnavailable and DeadlineExceeded", err)
 	}
@@ -84,7 +84,7 @@ func TestCloseWaitsForAbandoned(t *testing.T) {
 	<-holding
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := s.Admit(ctx, "r", 5, fencestore.AtLeast); err == nil {
+	if _, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 5, Compare: fencestore.AtLeast}); err == nil {
 		t.Fatal("Admit behind a stuck writer succeeded")
 	}
 	closed := make(chan error, 1)

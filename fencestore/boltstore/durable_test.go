@@ -49,7 +49,7 @@ func TestAnswerOnlyWhenDurable(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			d, err := s.Admit(ctx, "r", token, fencestore.AtLeast)
+			d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: token, Compare: fencestore.AtLeast})
 			ch <- result{d, err}
 		}()
 		return ch
@@ -115,7 +115,7 @@ func TestOpenIsDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Admit(t.Context(), "r", 5, fencestore.AtLeast); err != nil {
+	if _, err := s.Admit(t.Context(), fencestore.Admission{Resource: "r", Token: 5, Compare: fencestore.AtLeast}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -126,7 +126,7 @@ func TestOpenIsDurable(t *testing.T) {
 	}
 	defer s.Close()
 	n := commits.Load()
-	if d, err := s.Admit(t.Context(), "r", 5, fencestore.AtLeast); err != nil || !d.Admitted || d.Mark != 5 {
+	if d, err := s.Admit(t.Context(), fencestore.Admission{Resource: "r", Token: 5, Compare: fencestore.AtLeast}); err != nil || !d.Admitted || d.Mark != 5 {
 		t.Errorf("after reopen Admit(5) = %+v, %v; want admitted at 5", d, err)
 	}
 	if got := commits.Load(); got != n {

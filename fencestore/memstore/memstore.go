@@ -16,17 +16,18 @@ var errClosed = fencestore.Unavailable(errors.New("memstore: closed"))
 // New.
 type Store struct {
 	mu     sync.Mutex
-	marks  map[string]uint64
+	marks  map[string]fencestore.Mark
 	closed bool
 }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{marks: make(map[string]uint64)}
+	return &Store{marks: make(map[string]fencestore.Mark)}
 }
 
-// Admit compares token with resource's mark and advances it, under one lock.
-func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+// Admit decides a against its resource's mark and advances it, under one
+// lock.
+func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	// The store answers at once, but a caller that has already given up must
 	// get the same answer from every store: unavailable, nothing applied.
 	if err := ctx.Err(); err != nil {
@@ -37,12 +38,12 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 	if s.closed {
 		return fencestore.Decision{}, errClosed
 	}
-	mark, ok := s.marks[resource]
-	if !cmp.Admits(token, mark, ok) {
-		return fencestore.Decision{Mark: mark}, nil
+	mark, ok := s.marks[a.Resource]
+	d, next, write := a.Decide(mark, ok)
+	if write {
+		s.marks[a.Resource] = next
 	}
-	s.marks[resource] = token
-	return fencestore.Decision{Admitted: true, Mark: token}, nil
+	return d, nil
 }
 
 // Mark returns resource's mark, and false when it has none.
@@ -56,7 +57,7 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 		return 0, false, errClosed
 	}
 	mark, ok := s.marks[resource]
-	return mark, ok, nil
+	return mark.Token, ok, nil
 }
 
 // Ping fails only when ctx is done or the store is closed.

@@ -29,7 +29,7 @@ func BenchmarkAdmit(b *testing.B) {
 		var token uint64
 		for b.Loop() {
 			token++
-			if _, err := s.Admit(ctx, "bench", token, fencestore.AtLeast); err != nil {
+			if _, err := s.Admit(ctx, fencestore.Admission{Resource: "bench", Token: token, Compare: fencestore.AtLeast}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -41,7 +41,7 @@ func BenchmarkAdmit(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := s.Admit(ctx, "bench", token.Add(1), fencestore.AtLeast); err != nil {
+				if _, err := s.Admit(ctx, fencestore.Admission{Resource: "bench", Token: token.Add(1), Compare: fencestore.AtLeast}); err != nil {
 					b.Error(err)
 					return
 				}

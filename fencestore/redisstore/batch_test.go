@@ -54,7 +54,7 @@ func TestBatchForeignKey(t *testing.T) {
 				wg.Go(func() {
 					ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					defer cancel()
-					results[i].d, results[i].err = s.Admit(ctx, res, uint64(10+i), fencestore.Greater)
+					results[i].d, results[i].err = s.Admit(ctx, fencestore.Admission{Resource: res, Token: uint64(10 + i), Compare: fencestore.Greater})
 				})
 			}
 			redistest.Poll(t, 5*time.Second, "every admission queued", func() error {

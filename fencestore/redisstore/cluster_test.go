@@ -95,12 +95,12 @@ func TestClusterLostReply(t *testing.T) {
 			}
 			// The first admission caches the script on the node, so the one
 			// whose reply is lost is a single EVALSHA.
-			if d, err := s.Admit(ctx, res, 1, fencestore.Greater); err != nil || !d.Admitted {
+			if d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 1, Compare: fencestore.Greater}); err != nil || !d.Admitted {
 				t.Fatalf("Admit(1) = %+v, %v; want admitted", d, err)
 			}
 			before := scriptRuns(t, addr)
 			r.armed.Store(true)
-			d, err := s.Admit(ctx, res, 2, fencestore.Greater)
+			d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 2, Compare: fencestore.Greater})
 			if !errors.Is(err, fencestore.ErrUnavailable) {
 				t.Errorf("Admit(2) with its reply lost = %+v, %v; want an error wrapping ErrUnavailable", d, err)
 			} else {
@@ -115,7 +115,7 @@ func TestClusterLostReply(t *testing.T) {
 			if got, err := redistest.Do(addr, nil, "GET", prefix+res); err != nil || got != "2" {
 				t.Errorf("GET %s = %v, %v; want 2 (the lost admission ran)", prefix+res, got, err)
 			}
-			if d, err := s.Admit(ctx, res, 3, fencestore.Greater); err != nil || !d.Admitted || d.Mark != 3 {
+			if d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 3, Compare: fencestore.Greater}); err != nil || !d.Admitted || d.Mark != 3 {
 				t.Errorf("Admit(3) after the lost reply = %+v, %v; want admitted", d, err)
 			}
 		})
@@ -297,7 +297,7 @@ func TestClusterRedirect(t *testing.T) {
 	// ASK.
 	nodeDo(t, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
 	nodeDo(t, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
-	if d, err := s.Admit(ctx, res, 5, fencestore.Greater); !errors.Is(err, fencestore.ErrUnavailable) {
+	if d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 5, Compare: fencestore.Greater}); !errors.Is(err, fencestore.ErrUnavailable) {
 		t.Fatalf("Admit during the migration = %+v, %v; want an error wrapping ErrUnavailable (ASK)", d, err)
 	} else {
 		t.Log(err)
@@ -313,7 +313,7 @@ func TestClusterRedirect(t *testing.T) {
 	for _, a := range []string{dst, src, other} {
 		nodeDo(t, a, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
 	}
-	if d, err := stale.Admit(ctx, res, 6, fencestore.Greater); !errors.Is(err, fencestore.ErrUnavailable) {
+	if d, err := stale.Admit(ctx, fencestore.Admission{Resource: res, Token: 6, Compare: fencestore.Greater}); !errors.Is(err, fencestore.ErrUnavailable) {
 		t.Fatalf("Admit with a stale slot map = %+v, %v; want an error wrapping ErrUnavailable (MOVED)", d, err)
 	} else {
 		t.Log(err)
@@ -322,7 +322,7 @@ func TestClusterRedirect(t *testing.T) {
 
 	// The failure asked for a fresh slot map: the next admissions reach dst.
 	redistest.Poll(t, 5*time.Second, "an admission after MOVED", func() error {
-		d, err := stale.Admit(ctx, res, 7, fencestore.Greater)
+		d, err := stale.Admit(ctx, fencestore.Admission{Resource: res, Token: 7, Compare: fencestore.Greater})
 		if err != nil {
 			return err
 		}

@@ -73,7 +73,7 @@ func TestBatchedConcurrency(t *testing.T) {
 				if i%17 == 0 { // a caller that gives up at once
 					cancel()
 				}
-				d, err := s.Admit(ctx, "r"+strconv.Itoa(res), tok, fencestore.Greater)
+				d, err := s.Admit(ctx, fencestore.Admission{Resource: "r" + strconv.Itoa(res), Token: tok, Compare: fencestore.Greater})
 				cancel()
 				switch {
 				case err != nil && i%17 == 0:
@@ -189,7 +189,7 @@ func TestLayout(t *testing.T) {
 		{"max", 1<<64 - 1, "18446744073709551615"},
 		{"zero", 0, "0"},
 	} {
-		if _, err := s.Admit(ctx, tc.resource, tc.token, fencestore.Greater); err != nil {
+		if _, err := s.Admit(ctx, fencestore.Admission{Resource: tc.resource, Token: tc.token, Compare: fencestore.Greater}); err != nil {
 			t.Fatal(err)
 		}
 		key := prefix + tc.resource
@@ -201,7 +201,7 @@ func TestLayout(t *testing.T) {
 		}
 	}
 	// An admission that changes nothing does not touch the key either.
-	if _, err := s.Admit(ctx, "max", 1<<64-1, fencestore.AtLeast); err != nil {
+	if _, err := s.Admit(ctx, fencestore.Admission{Resource: "max", Token: 1<<64 - 1, Compare: fencestore.AtLeast}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.DBSize(ctx).Result(); err != nil || n != 3 {
@@ -223,7 +223,7 @@ func TestCorruptMark(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, cmp := range []fencestore.Compare{fencestore.AtLeast, fencestore.Greater} {
-				d, err := s.Admit(ctx, res, 1<<64-1, cmp)
+				d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 1<<64 - 1, Compare: cmp})
 				if !errors.Is(err, fencestore.ErrUnavailable) {
 					t.Errorf("Admit over %q (%v) = %+v, %v; want ErrUnavailable", v, cmp, d, err)
 				}
@@ -241,7 +241,7 @@ func TestCorruptMark(t *testing.T) {
 		if err := c.HSet(ctx, key, "f", "1").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Admit(ctx, "hash", 1, fencestore.AtLeast); !errors.Is(err, fencestore.ErrUnavailable) {
+		if _, err := s.Admit(ctx, fencestore.Admission{Resource: "hash", Token: 1, Compare: fencestore.AtLeast}); !errors.Is(err, fencestore.ErrUnavailable) {
 			t.Errorf("Admit over a hash: err = %v, want ErrUnavailable", err)
 		}
 		if _, _, err := s.Mark(ctx, "hash"); !errors.Is(err, fencestore.ErrUnavailable) {
@@ -369,7 +369,7 @@ func TestNoScriptRecovery(t *testing.T) {
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		d, err := s.Admit(ctx, "r", uint64(10+i), fencestore.Greater)
+		d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: uint64(10 + i), Compare: fencestore.Greater})
 		if err != nil || !d.Admitted {
 			t.Fatalf("Admit after SCRIPT FLUSH = %+v, %v; want admitted", d, err)
 		}
@@ -379,7 +379,7 @@ func TestNoScriptRecovery(t *testing.T) {
 func TestKilled(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := newStore(t, srv, redisstore.Options{})
-	if _, err := s.Admit(t.Context(), "r", 1, fencestore.AtLeast); err != nil {
+	if _, err := s.Admit(t.Context(), fencestore.Admission{Resource: "r", Token: 1, Compare: fencestore.AtLeast}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Kill()
@@ -388,7 +388,7 @@ func TestKilled(t *testing.T) {
 		start := time.Now()
 		var err error
 		if name == "Admit" {
-			_, err = s.Admit(ctx, "r", 2, fencestore.AtLeast)
+			_, err = s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 2, Compare: fencestore.AtLeast})
 		} else {
 			err = s.Ping(ctx)
 		}
@@ -406,7 +406,7 @@ func TestKilled(t *testing.T) {
 func TestStopped(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := newStore(t, srv, redisstore.Options{})
-	if _, err := s.Admit(t.Context(), "r", 1, fencestore.AtLeast); err != nil {
+	if _, err := s.Admit(t.Context(), fencestore.Admission{Resource: "r", Token: 1, Compare: fencestore.AtLeast}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Stop()
@@ -414,7 +414,7 @@ func TestStopped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := s.Admit(ctx, "r", 2, fencestore.AtLeast)
+	_, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 2, Compare: fencestore.AtLeast})
 	if !errors.Is(err, fencestore.ErrUnavailable) {
 		t.Errorf("Admit with Redis stopped: err = %v, want ErrUnavailable", err)
 	}
@@ -428,7 +428,7 @@ func TestAOFSurvivesKill(t *testing.T) {
 	s, prefix := newStore(t, srv, redisstore.Options{})
 	ctx := t.Context()
 	for res, token := range map[string]uint64{"a": 9007199254740993, "b": 1<<64 - 1} {
-		if d, err := s.Admit(ctx, res, token, fencestore.Greater); err != nil || !d.Admitted {
+		if d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: token, Compare: fencestore.Greater}); err != nil || !d.Admitted {
 			t.Fatalf("Admit(%s) = %+v, %v", res, d, err)
 		}
 	}
@@ -441,7 +441,7 @@ func TestAOFSurvivesKill(t *testing.T) {
 			t.Errorf("after kill and restart Mark(%s) = %d, %t, %v; want %d", res, got, ok, err, want)
 		}
 	}
-	if d, err := s2.Admit(ctx, "a", 9007199254740992, fencestore.AtLeast); err != nil || d.Admitted {
+	if d, err := s2.Admit(ctx, fencestore.Admission{Resource: "a", Token: 9007199254740992, Compare: fencestore.AtLeast}); err != nil || d.Admitted {
 		t.Errorf("after restart Admit(a, 2^53) = %+v, %v; want refused", d, err)
 	}
 }
@@ -454,13 +454,13 @@ func TestMinReplicas(t *testing.T) {
 	// acknowledgement can be slow on a loaded machine.
 	s, _ := newStore(t, primary, redisstore.Options{MinReplicas: 1, WaitTimeout: 2 * time.Second})
 
-	if d, err := s.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil || !d.Admitted {
+	if d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 5, Compare: fencestore.AtLeast}); err != nil || !d.Admitted {
 		t.Fatalf("Admit with the replica up = %+v, %v; want admitted", d, err)
 	}
 
 	t.Run("equal token writes", func(t *testing.T) {
 		before := info(t, pc, "master_repl_offset")
-		if d, err := s.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil || !d.Admitted {
+		if d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 5, Compare: fencestore.AtLeast}); err != nil || !d.Admitted {
 			t.Fatalf("Admit(5, >=) at mark 5 = %+v, %v; want admitted", d, err)
 		}
 		if after := info(t, pc, "master_repl_offset"); after == before {
@@ -469,7 +469,7 @@ func TestMinReplicas(t *testing.T) {
 		// A refusal writes too (the script's SET is counted in commandstats):
 		// the acknowledgement must cover the mark it reports.
 		sets := setCalls(t, pc)
-		if d, err := s.Admit(ctx, "r", 4, fencestore.AtLeast); err != nil || d.Admitted || d.Mark != 5 {
+		if d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 4, Compare: fencestore.AtLeast}); err != nil || d.Admitted || d.Mark != 5 {
 			t.Fatalf("Admit(4) at mark 5 = %+v, %v; want refused with mark 5", d, err)
 		}
 		if got := setCalls(t, pc); got != sets+1 {
@@ -477,11 +477,11 @@ func TestMinReplicas(t *testing.T) {
 		}
 		// Without MinReplicas the same admission writes nothing.
 		s0, prefix0 := newStore(t, primary, redisstore.Options{})
-		if _, err := s0.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil {
+		if _, err := s0.Admit(ctx, fencestore.Admission{Resource: "r", Token: 5, Compare: fencestore.AtLeast}); err != nil {
 			t.Fatal(err)
 		}
 		before = info(t, pc, "master_repl_offset")
-		if _, err := s0.Admit(ctx, "r", 5, fencestore.AtLeast); err != nil {
+		if _, err := s0.Admit(ctx, fencestore.Admission{Resource: "r", Token: 5, Compare: fencestore.AtLeast}); err != nil {
 			t.Fatal(err)
 		}
 		if after := info(t, pc, "master_repl_offset"); after != before {
@@ -493,14 +493,14 @@ func TestMinReplicas(t *testing.T) {
 		if err := pc.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if d, err := s.Admit(ctx, "r", 6, fencestore.Greater); err != nil || !d.Admitted {
+		if d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 6, Compare: fencestore.Greater}); err != nil || !d.Admitted {
 			t.Fatalf("Admit after SCRIPT FLUSH = %+v, %v; want admitted", d, err)
 		}
 	})
 
 	t.Run("too few replicas", func(t *testing.T) {
 		s2, _ := newStore(t, primary, redisstore.Options{MinReplicas: 2, WaitTimeout: 300 * time.Millisecond})
-		_, err := s2.Admit(ctx, "r", 1, fencestore.AtLeast)
+		_, err := s2.Admit(ctx, fencestore.Admission{Resource: "r", Token: 1, Compare: fencestore.AtLeast})
 		var ack *redisstore.ReplicaAckError
 		if !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ack) || ack.Acked >= 2 || ack.Want != 2 {
 			t.Fatalf("Admit wanting 2 replicas of 1: err = %v, want ErrUnavailable and fewer than 2 acknowledged", err)
@@ -515,7 +515,7 @@ func TestMinReplicas(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		start := time.Now()
-		d, err := s.Admit(ctx, "r", 7, fencestore.Greater)
+		d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.Greater})
 		elapsed := time.Since(start)
 		var ack *redisstore.ReplicaAckError
 		if !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ack) || ack.Acked != 0 {
@@ -536,7 +536,7 @@ func TestMinReplicas(t *testing.T) {
 		fresh := redisstore.New(redis.NewClient(primary.Options()),
 			redisstore.Options{KeyPrefix: prefix, MinReplicas: 1, WaitTimeout: 100 * time.Millisecond})
 		defer fresh.Close()
-		d, err = fresh.Admit(ctx, "r", 2, fencestore.AtLeast)
+		d, err = fresh.Admit(ctx, fencestore.Admission{Resource: "r", Token: 2, Compare: fencestore.AtLeast})
 		if !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ack) {
 			t.Fatalf("a refusal with the replica stopped = %+v, %v; want ErrUnavailable, unacknowledged", d, err)
 		}
@@ -597,7 +597,7 @@ func BenchmarkAdmit(b *testing.B) {
 		var token uint64
 		for b.Loop() {
 			token++
-			if _, err := s.Admit(ctx, "bench", token, fencestore.AtLeast); err != nil {
+			if _, err := s.Admit(ctx, fencestore.Admission{Resource: "bench", Token: token, Compare: fencestore.AtLeast}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -618,7 +618,7 @@ func benchParallel(b *testing.B, srv *redistest.Server, opts redisstore.Options)
 	b.SetParallelism(8)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := s.Admit(ctx, "bench", token.Add(1), fencestore.AtLeast); err != nil {
+			if _, err := s.Admit(ctx, fencestore.Admission{Resource: "bench", Token: token.Add(1), Compare: fencestore.AtLeast}); err != nil {
 				b.Error(err)
 				return
 			}

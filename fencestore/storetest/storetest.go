@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) fencestore.Store) {
 	}{
 		{"Compare", testCompare},
 		{"MarkNeverMovesBackwards", testSequence},
+		{"Sequences", testSequences},
 		{"IndependentResources", testIndependence},
 		{"MarkRead", testMarkRead},
 		{"Ping", testPing},
@@ -62,7 +63,7 @@ func ctxT(t *testing.T) context.Context {
 // admissions is expected to fail.
 func admit(t *testing.T, s fencestore.Store, resource string, token uint64, cmp fencestore.Compare) fencestore.Decision {
 	t.Helper()
-	d, err := s.Admit(ctxT(t), resource, token, cmp)
+	d, err := s.Admit(ctxT(t), fencestore.Admission{Resource: resource, Token: token, Compare: cmp})
 	if err != nil {
 		t.Fatalf("Admit(%q, %d, %v): %v", resource, token, cmp, err)
 	}
@@ -269,7 +270,7 @@ func testContext(t *testing.T, s fencestore.Store) {
 	}{{"cancelled", cancelled}, {"expired", expired}} {
 		t.Run(c.name, func(t *testing.T) {
 			wantUnavailable(t, "Admit", func() error {
-				_, err := s.Admit(c.ctx, "ctx", 1, fencestore.AtLeast)
+				_, err := s.Admit(c.ctx, fencestore.Admission{Resource: "ctx", Token: 1, Compare: fencestore.AtLeast})
 				return err
 			})
 			wantUnavailable(t, "Mark", func() error {
@@ -291,7 +292,7 @@ func testAfterClose(t *testing.T, s fencestore.Store) {
 		t.Fatalf("Close: %v", err)
 	}
 	wantUnavailable(t, "Admit", func() error {
-		_, err := s.Admit(ctxT(t), "closed", 2, fencestore.AtLeast)
+		_, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "closed", Token: 2, Compare: fencestore.AtLeast})
 		return err
 	})
 	wantUnavailable(t, "Mark", func() error {
@@ -366,7 +367,7 @@ func testConcurrent(t *testing.T, s fencestore.Store) {
 				o := op{res: r, token: token, cmp: fencestore.Compare(rng.IntN(2))}
 				ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
 				o.inv = clock.Add(1)
-				d, err := s.Admit(ctx, names[r], token, o.cmp)
+				d, err := s.Admit(ctx, fencestore.Admission{Resource: names[r], Token: token, Compare: o.cmp})
 				o.resp = clock.Add(1)
 				cancel()
 				if err != nil {
@@ -474,4 +475,74 @@ func checkHistory(t *testing.T, s fencestore.Store, name string, ops []op) {
 	if failures > 10 {
 		t.Errorf("%s: %d failures in all", name, failures)
 	}
+}
+
+// seqStep is one admission of testSequences and what it must decide.
+type seqStep struct {
+	token    uint64
+	seq      uint64
+	hasSeq   bool
+	cmp      fencestore.Compare
+	admitted bool
+	// the mark the decision reports
+	mark, markSeq uint64
+	markHasSeq    bool
+}
+
+// sequenceSteps run in order on one resource. They are written out, not
+// derived from Admission.Decide, so that a mistake in the reference cannot
+// hide the same mistake in a store.
+var sequenceSteps = []seqStep{
+	{token: 5, seq: 1, hasSeq: true, admitted: true, mark: 5, markSeq: 1, markHasSeq: true},
+	{token: 5, seq: 1, hasSeq: true, admitted: false, mark: 5, markSeq: 1, markHasSeq: true}, // equal pair: stale sequence
+	{token: 5, seq: 0, hasSeq: true, admitted: false, mark: 5, markSeq: 1, markHasSeq: true}, // lower sequence
+	{token: 5, seq: 2, hasSeq: true, admitted: true, mark: 5, markSeq: 2, markHasSeq: true},
+	// Without a sequence, by token alone under the route's compare; an equal
+	// token under >= leaves the pair as it was.
+	{token: 5, cmp: fencestore.AtLeast, admitted: true, mark: 5, markSeq: 2, markHasSeq: true},
+	{token: 5, cmp: fencestore.Greater, admitted: false, mark: 5, markSeq: 2, markHasSeq: true},
+	{token: 5, seq: 2, hasSeq: true, admitted: false, mark: 5, markSeq: 2, markHasSeq: true},  // the pair is unchanged
+	{token: 4, seq: 99, hasSeq: true, admitted: false, mark: 5, markSeq: 2, markHasSeq: true}, // lower token: stale token
+	{token: 4, cmp: fencestore.AtLeast, admitted: false, mark: 5, markSeq: 2, markHasSeq: true},
+	// A greater token without a sequence starts a mark without one; any
+	// sequence is above none.
+	{token: 6, cmp: fencestore.Greater, admitted: true, mark: 6},
+	{token: 6, seq: 0, hasSeq: true, admitted: true, mark: 6, markSeq: 0, markHasSeq: true},
+	{token: 6, seq: 0, hasSeq: true, admitted: false, mark: 6, markSeq: 0, markHasSeq: true},
+	// A greater token with any sequence, even a lower one, is admitted.
+	{token: 7, seq: 0, hasSeq: true, admitted: true, mark: 7, markSeq: 0, markHasSeq: true},
+	// Exact past 2^53: as floats these two sequences are equal.
+	{token: 7, seq: p53, hasSeq: true, admitted: true, mark: 7, markSeq: p53, markHasSeq: true},
+	{token: 7, seq: p53 + 1, hasSeq: true, admitted: true, mark: 7, markSeq: p53 + 1, markHasSeq: true},
+	{token: 7, seq: p53, hasSeq: true, admitted: false, mark: 7, markSeq: p53 + 1, markHasSeq: true},
+	{token: 7, seq: maxU64, hasSeq: true, admitted: true, mark: 7, markSeq: maxU64, markHasSeq: true},
+	{token: 7, seq: maxU64, hasSeq: true, admitted: false, mark: 7, markSeq: maxU64, markHasSeq: true},
+	{token: maxU64, seq: maxU64, hasSeq: true, admitted: true, mark: maxU64, markSeq: maxU64, markHasSeq: true},
+	{token: maxU64, cmp: fencestore.AtLeast, admitted: true, mark: maxU64, markSeq: maxU64, markHasSeq: true},
+}
+
+// testSequences checks the (token, sequence) mark step by step, and that a
+// resource without sequences is untouched by another's.
+func testSequences(t *testing.T, s fencestore.Store) {
+	for i, st := range sequenceSteps {
+		a := fencestore.Admission{Resource: "seq", Token: st.token, Sequence: st.seq, HasSequence: st.hasSeq, Compare: st.cmp}
+		d, err := s.Admit(ctxT(t), a)
+		if err != nil {
+			t.Fatalf("step %d %+v: %v", i, a, err)
+		}
+		want := fencestore.Decision{Admitted: st.admitted, Mark: st.mark, Sequence: st.markSeq, HasSequence: st.markHasSeq}
+		if d != want {
+			t.Fatalf("step %d: Admit(%+v) = %+v, want %+v", i, a, d, want)
+		}
+		if stale := !st.admitted && st.hasSeq && st.token == st.mark; d.StaleSequence(a) != stale {
+			t.Fatalf("step %d: StaleSequence = %v, want %v", i, d.StaleSequence(a), stale)
+		}
+		wantMark(t, s, "seq", st.mark, true)
+	}
+	// The first admission of a resource with a sequence.
+	d, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "seq-first", Token: 3, Sequence: 9, HasSequence: true})
+	if err != nil || d != (fencestore.Decision{Admitted: true, Mark: 3, Sequence: 9, HasSequence: true}) {
+		t.Fatalf("first admission with a sequence = %+v, %v", d, err)
+	}
+	wantMark(t, s, "seq-other", 0, false)
 }
