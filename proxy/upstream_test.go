@@ -419,10 +419,10 @@ type gatedStore struct {
 	entered, release chan struct{}
 }
 
-func (g *gatedStore) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+func (g *gatedStore) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	g.entered <- struct{}{}
 	<-g.release
-	return g.Store.Admit(ctx, fencestore.Admission{Resource: resource, Token: token, Compare: cmp})
+	return g.Store.Admit(ctx, a)
 }
 
 // A client that leaves while its request is being admitted: the admission
