@@ -34,6 +34,7 @@ type admission struct {
 	keys  [1]string
 	tok   string
 	mode  string
+	seq   string // "" for none
 	reply any
 	err   error
 	done  chan struct{} // buffered 1: the worker never blocks on a gone caller
@@ -78,14 +79,14 @@ func newBatcher(client redis.UniversalClient, maxBatch, pipelines int) *batcher 
 
 // admit queues one admission and waits for its reply or ctx. The queue is
 // bounded: when it is full the caller waits for room until its deadline.
-func (b *batcher) admit(ctx context.Context, key, tok, mode string) (any, error) {
+func (b *batcher) admit(ctx context.Context, key, tok, mode, seq string) (any, error) {
 	select {
 	case <-b.stop:
 		return nil, errClosed
 	default:
 	}
 	a := admissionPool.Get().(*admission)
-	a.ctx, a.keys[0], a.tok, a.mode = ctx, key, tok, mode
+	a.ctx, a.keys[0], a.tok, a.mode, a.seq = ctx, key, tok, mode, seq
 	select {
 	case b.queue <- a:
 	case <-ctx.Done():
@@ -207,7 +208,7 @@ func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
 func execPipeline(ctx context.Context, p pipeliner, live []*admission, cmds []*redis.Cmd) []*redis.Cmd {
 	pipe := p.Pipeline()
 	for _, a := range live {
-		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, a.keys[:], a.tok, a.mode))
+		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, a.keys[:], a.tok, a.mode, a.seq))
 	}
 	_, _ = pipe.Exec(ctx) // each command keeps its own error
 
@@ -219,7 +220,7 @@ func execPipeline(ctx context.Context, p pipeliner, live []*admission, cmds []*r
 			if retry == nil {
 				retry = p.Pipeline()
 			}
-			cmds[i] = admitScript.Eval(ctx, retry, live[i].keys[:], live[i].tok, live[i].mode)
+			cmds[i] = admitScript.Eval(ctx, retry, live[i].keys[:], live[i].tok, live[i].mode, live[i].seq)
 		}
 	}
 	if retry != nil {
@@ -263,10 +264,10 @@ func execNodes(ctx context.Context, cluster *redis.ClusterClient, live []*admiss
 // queue order; the reply holds a {flag, mark} pair per admission.
 func execOne(ctx context.Context, c redis.Scripter, live []*admission) {
 	keys := make([]string, len(live))
-	args := make([]any, 0, 2*len(live))
+	args := make([]any, 0, 3*len(live))
 	for i, a := range live {
 		keys[i] = a.keys[0]
-		args = append(args, a.tok, a.mode)
+		args = append(args, a.tok, a.mode, a.seq)
 	}
 	// Run is EVALSHA, and EVAL when the server answers NOSCRIPT (the script
 	// did not run then, so running it again is safe).

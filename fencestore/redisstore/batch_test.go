@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 )
 
 // Concurrent admissions that form one batch (one script run over all their
-// keys), one of them on a key of another type: that one fails, wrapping
-// ErrUnavailable; the others are admitted and write their marks.
+// keys), some with a sequence and some without, one of them on a key of
+// another type or holding a corrupt mark: that one fails, wrapping
+// ErrUnavailable, and is left as it was; the others are admitted and write
+// their marks.
 func TestBatchForeignKey(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
@@ -28,10 +31,16 @@ func TestBatchForeignKey(t *testing.T) {
 		{"hash", func(key string) error { return c.HSet(ctx, key, "f", "1").Err() }},
 		{"list", func(key string) error { return c.RPush(ctx, key, "1").Err() }},
 		{"set", func(key string) error { return c.SAdd(ctx, key, "1").Err() }},
+		{"empty sequence", func(key string) error { return c.Set(ctx, key, "42:", 0).Err() }},
+		{"sequence with a leading zero", func(key string) error { return c.Set(ctx, key, "42:07", 0).Err() }},
 	} {
 		t.Run(foreign.name, func(t *testing.T) {
-			prefix := "fence:batch-" + foreign.name + ":"
+			prefix := "fence:batch-" + strings.ReplaceAll(foreign.name, " ", "-") + ":"
 			if err := foreign.create(prefix + "foreign"); err != nil {
+				t.Fatal(err)
+			}
+			dump, err := c.Dump(ctx, prefix+"foreign").Result()
+			if err != nil {
 				t.Fatal(err)
 			}
 			// A batcher whose worker starts only once every admission is
@@ -44,17 +53,25 @@ func TestBatchForeignKey(t *testing.T) {
 			defer s.Close()
 
 			resources := []string{"a", "b", "foreign", "c", "d"}
+			// Odd ones carry a sequence, past 2^53.
+			admissionFor := func(i int) fencestore.Admission {
+				a := fencestore.Admission{Resource: resources[i], Token: uint64(10 + i), Compare: fencestore.Greater}
+				if i%2 == 1 {
+					a.Sequence, a.HasSequence = 1<<53+uint64(i), true
+				}
+				return a
+			}
 			type result struct {
 				d   fencestore.Decision
 				err error
 			}
 			results := make([]result, len(resources))
 			var wg sync.WaitGroup
-			for i, res := range resources {
+			for i := range resources {
 				wg.Go(func() {
 					ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					defer cancel()
-					results[i].d, results[i].err = s.Admit(ctx, fencestore.Admission{Resource: res, Token: uint64(10 + i), Compare: fencestore.Greater})
+					results[i].d, results[i].err = s.Admit(ctx, admissionFor(i))
 				})
 			}
 			redistest.Poll(t, 5*time.Second, "every admission queued", func() error {
@@ -75,16 +92,18 @@ func TestBatchForeignKey(t *testing.T) {
 					}
 					continue
 				}
-				want := uint64(10 + i)
-				if r.err != nil || !r.d.Admitted || r.d.Mark != want {
-					t.Errorf("Admit(%s, %d) = %+v, %v; want admitted", res, want, r.d, r.err)
+				a := admissionFor(i)
+				want := fencestore.Decision{Admitted: true, Mark: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
+				if r.err != nil || r.d != want {
+					t.Errorf("Admit(%+v) = %+v, %v; want %+v", a, r.d, r.err, want)
 				}
-				if got, err := c.Get(ctx, prefix+res).Result(); err != nil || got != fmt.Sprint(want) {
-					t.Errorf("GET %s = %q, %v; want %d", prefix+res, got, err, want)
+				value := string(fencestore.Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}.AppendValue(nil))
+				if got, err := c.Get(ctx, prefix+res).Result(); err != nil || got != value {
+					t.Errorf("GET %s = %q, %v; want %s", prefix+res, got, err, value)
 				}
 			}
-			if typ, err := c.Type(ctx, prefix+"foreign").Result(); err != nil || typ != foreign.name {
-				t.Errorf("TYPE %sforeign = %q, %v; want %s, untouched", prefix, typ, err, foreign.name)
+			if got, err := c.Dump(ctx, prefix+"foreign").Result(); err != nil || got != dump {
+				t.Errorf("%sforeign, a %s, changed (%v); want it untouched", prefix, foreign.name, err)
 			}
 		})
 	}

@@ -1,11 +1,17 @@
 // Package redisstore is the fencestore.Store for Redis: one string key per
-// resource, KeyPrefix+resource, holding the mark as a canonical decimal with no
-// TTL, advanced by one Lua script (admit.lua, EVALSHA with EVAL on NOSCRIPT) so
-// that each admission is atomic on the server. Comparison is exact over the
-// whole uint64 range because the script compares decimal strings by length and
-// then byte by byte, never as Lua numbers (doubles); a stored value that is not
-// a canonical decimal makes the admission fail (closed), it is never read as
-// absent. Durability is Redis's: an acknowledged mark survives a crash only as
+// resource, KeyPrefix+resource, holding the mark with no TTL, advanced by one
+// Lua script (admit.lua, EVALSHA with EVAL on NOSCRIPT) so that each admission
+// is atomic on the server. The value is the mark's stored form
+// (fencestore.ParseMarkValue): the token as a canonical decimal, followed,
+// once a request with a sequence was admitted with that token, by ':' and
+// the sequence ("42" or "42:7"). So GET still begins with the token, and the
+// sequence shares the token's key: one key per resource, on a Redis Cluster
+// too, with no hash tags. Admissions decide as fencestore.Admission.Decide
+// does. Comparison is exact over the whole uint64 range because the script
+// compares decimal strings by length and then byte by byte, token first and
+// then sequence, never as Lua numbers (doubles); a stored value of any other
+// shape ("42:", "42:07") makes that resource's admissions fail (closed), it is
+// never read as absent. Mark returns the token alone. Durability is Redis's: an acknowledged mark survives a crash only as
 // far as the server's AOF/fsync settings and replication do, and with
 // Options.MinReplicas each admission also waits (WAIT) for that many replicas,
 // which narrows but does not close the window in which a failover loses a mark.

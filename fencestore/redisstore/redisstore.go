@@ -128,22 +128,28 @@ func (s *Store) checkClient() {
 	}
 }
 
-// Admit runs the admission script on resource's key. With MinReplicas it then
+// Admit runs the admission script on a's key, which decides as a.Decide
+// does over the mark stored there ("token" or "token:sequence", see
+// fencestore.ParseMarkValue). With MinReplicas it then
 // waits for the replicas on the same connection, and reports a decision that
 // too few of them acknowledged as an error: not an admission, and not a
 // refusal either, since a refusal reports the mark, and a mark the replicas do
 // not have (written by an admission whose own WAIT failed) can be lost in a
 // failover after a client was told of it.
-func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
-	key := s.prefix + resource
+	key := s.prefix + a.Resource
 	mode := "ge"
-	if cmp == fencestore.Greater {
+	if a.Compare == fencestore.Greater {
 		mode = "gt"
 	}
-	tok := strconv.FormatUint(token, 10)
+	tok := strconv.FormatUint(a.Token, 10)
+	seq := "" // the script's "no sequence"
+	if a.HasSequence {
+		seq = strconv.FormatUint(a.Sequence, 10)
+	}
 	var (
 		reply any
 		err   error
@@ -151,17 +157,17 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 	)
 	switch {
 	case s.minReplicas > 0:
-		reply, wait, err = s.admitAndWait(ctx, key, tok, mode)
+		reply, wait, err = s.admitAndWait(ctx, key, tok, mode, seq)
 	case s.batch != nil:
-		reply, err = s.batch.admit(ctx, key, tok, mode)
+		reply, err = s.batch.admit(ctx, key, tok, mode, seq)
 	default:
-		reply, err = s.run(ctx, key, tok, mode)
+		reply, err = s.run(ctx, key, tok, mode, seq)
 	}
 	if err != nil {
 		s.refreshSlots()
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
-	d, err := parseReply(reply, token, cmp)
+	d, err := parseReply(reply, a)
 	if err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
@@ -184,7 +190,7 @@ func (s *Store) Admit(ctx context.Context, resource string, token uint64, cmp fe
 // client of the key's master, for the reason execNodes gives: the
 // ClusterClient's own Process re-sends a command after a network error (up
 // to MaxRedirects times, whatever MaxRetries says).
-func (s *Store) run(ctx context.Context, key, tok, mode string) (any, error) {
+func (s *Store) run(ctx context.Context, key, tok, mode, seq string) (any, error) {
 	var c redis.Scripter = s.client
 	if cluster, ok := s.client.(*redis.ClusterClient); ok {
 		node, err := cluster.MasterForKey(ctx, key)
@@ -193,7 +199,7 @@ func (s *Store) run(ctx context.Context, key, tok, mode string) (any, error) {
 		}
 		c = node
 	}
-	return admitScript.Run(ctx, c, []string{key}, tok, mode).Result()
+	return admitScript.Run(ctx, c, []string{key}, tok, mode, seq).Result()
 }
 
 // refreshSlots asks a cluster client for a fresh slot map after an admission
@@ -209,9 +215,10 @@ func (s *Store) refreshSlots() {
 
 // admitAndWait sends the script and WAIT in one pipeline, so they run on one
 // connection: WAIT counts the replicas that have the writes of its own
-// connection. The script always writes when it admits ("w"), so the count also
-// covers a mark that an equal token relied on and another connection wrote.
-func (s *Store) admitAndWait(ctx context.Context, key, tok, mode string) (any, *redis.IntCmd, error) {
+// connection. The script always writes ("w"), so the count also covers a mark
+// that an equal token relied on, or a refusal reported, and another
+// connection wrote.
+func (s *Store) admitAndWait(ctx context.Context, key, tok, mode, seq string) (any, *redis.IntCmd, error) {
 	keys := []string{key}
 	node, err := s.nodeFor(ctx, key)
 	if err != nil {
@@ -222,9 +229,9 @@ func (s *Store) admitAndWait(ctx context.Context, key, tok, mode string) (any, *
 	for _, eval := range []bool{false, true} {
 		pipe := node.Pipeline()
 		if eval {
-			script = admitScript.Eval(ctx, pipe, keys, tok, mode, "w")
+			script = admitScript.Eval(ctx, pipe, keys, tok, mode, seq, "w")
 		} else {
-			script = admitScript.EvalSha(ctx, pipe, keys, tok, mode, "w")
+			script = admitScript.EvalSha(ctx, pipe, keys, tok, mode, seq, "w")
 		}
 		// Pipeliner lacks Wait; this is the command Client.Wait builds.
 		wait = redis.NewIntCmd(ctx, "wait", s.minReplicas, s.waitTimeout.Milliseconds())
@@ -278,10 +285,13 @@ var (
 	_ pipeliner      = (*redis.Client)(nil)
 )
 
-// parseReply reads the script's {admitted, mark} reply, and rejects one that
-// the script cannot have produced for this token: a stale mark reported for an
-// admission, say, would forward a request on a wrong answer.
-func parseReply(reply any, token uint64, cmp fencestore.Compare) (fencestore.Decision, error) {
+// parseReply reads the script's {admitted, mark} reply for a, and rejects one
+// that the script cannot have produced for it: a stale mark reported for an
+// admission, say, would forward a request on a wrong answer. An admission
+// must report a's own pair as the mark, or, for an equal token without a
+// sequence under >=, that token's unchanged mark; a refusal must report a
+// mark that a.Decide refuses.
+func parseReply(reply any, a fencestore.Admission) (fencestore.Decision, error) {
 	r, ok := reply.([]any)
 	if !ok || len(r) != 2 {
 		return fencestore.Decision{}, fmt.Errorf("unexpected reply %#v", reply)
@@ -298,21 +308,30 @@ func parseReply(reply any, token uint64, cmp fencestore.Compare) (fencestore.Dec
 	if !ok {
 		return fencestore.Decision{}, fmt.Errorf("unexpected mark %#v", r[1])
 	}
-	mark, ok := fencestore.ParseMark(text)
+	m, ok := fencestore.ParseMarkValue(text)
 	if !ok {
-		return fencestore.Decision{}, fmt.Errorf("mark %q is not a canonical decimal", text)
+		return fencestore.Decision{}, fmt.Errorf("mark %q is not a canonical token[:sequence]", text)
 	}
-	d := fencestore.Decision{Admitted: flag == 1, Mark: mark}
-	if d.Admitted && mark != token {
-		return fencestore.Decision{}, fmt.Errorf("token %d admitted with mark %d", token, mark)
-	}
-	if !d.Admitted && cmp.Admits(token, mark, true) {
-		return fencestore.Decision{}, fmt.Errorf("token %d refused by mark %d, which admits it", token, mark)
+	d := fencestore.Decision{Admitted: flag == 1, Mark: m.Token, Sequence: m.Sequence, HasSequence: m.HasSequence}
+	if d.Admitted {
+		own := m == fencestore.Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
+		unchanged := !a.HasSequence && a.Compare == fencestore.AtLeast && m.Token == a.Token
+		if !own && !unchanged {
+			return fencestore.Decision{}, fmt.Errorf("%s admitted with mark %q", admissionText(a), text)
+		}
+	} else if refused, _, _ := a.Decide(m, true); refused.Admitted {
+		return fencestore.Decision{}, fmt.Errorf("%s refused by mark %q, which admits it", admissionText(a), text)
 	}
 	return d, nil
 }
 
-// Mark reads resource's mark with GET.
+// admissionText spells a's token and sequence as the script's mark would.
+func admissionText(a fencestore.Admission) string {
+	return string(fencestore.Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}.AppendValue(nil))
+}
+
+// Mark reads resource's mark with GET and returns its token: the sequence of
+// a "token:sequence" mark is not part of the answer.
 func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, false, fencestore.Unavailable(err)
@@ -325,11 +344,11 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	if err != nil {
 		return 0, false, fencestore.Unavailable(fmt.Errorf("redisstore: mark %q: %w", key, err))
 	}
-	mark, ok := fencestore.ParseMark(v)
+	m, ok := fencestore.ParseMarkValue(v)
 	if !ok {
 		return 0, false, fencestore.Unavailable(fmt.Errorf("redisstore: mark %q: corrupt mark %q", key, v))
 	}
-	return mark, true, nil
+	return m.Token, true, nil
 }
 
 // Ping sends PING.

@@ -111,6 +111,59 @@ func TestBatchedConcurrency(t *testing.T) {
 	t.Logf("admitted %d, refused %d, gave up %d", admitted.Load(), refused.Load(), gaveUp.Load())
 }
 
+// Sequences under group commit: many callers share one token and send
+// distinct sequences at once, so a pipeline (one script run) holds several
+// of them for one key. Each decision is exact: an admitted sequence is the
+// mark it reports, a refused one reports the same token with a greater
+// sequence, and the last mark is the greatest sequence sent (nothing is
+// above it, so it cannot be refused).
+func TestBatchedSequences(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"batched", redisstore.Options{MaxBatch: 16, Pipelines: 2}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, prefix := newStore(t, srv, tc.opts)
+			const workers, per, token = 32, 50, uint64(1) << 60
+			var next atomic.Uint64
+			next.Store(1<<53 - 100) // across 2^53, where doubles lose the difference
+			var admitted, refused atomic.Int64
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for range per {
+						seq := next.Add(1)
+						a := fencestore.Admission{Resource: "r", Token: token, Sequence: seq, HasSequence: true}
+						d, err := s.Admit(t.Context(), a)
+						switch {
+						case err != nil:
+							t.Errorf("Admit(%+v): %v", a, err)
+							return
+						case d.Admitted:
+							admitted.Add(1)
+							if d != (fencestore.Decision{Admitted: true, Mark: token, Sequence: seq, HasSequence: true}) {
+								t.Errorf("admitted %d with %+v", seq, d)
+							}
+						default:
+							refused.Add(1)
+							if !d.StaleSequence(a) || !d.HasSequence || d.Sequence <= seq {
+								t.Errorf("refused %d with %+v", seq, d)
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			want := strconv.FormatUint(token, 10) + ":" + strconv.FormatUint(next.Load(), 10)
+			if got, err := srv.Client(t).Get(t.Context(), prefix+"r").Result(); err != nil || got != want {
+				t.Errorf("GET = %q, %v; want %q, the greatest sequence sent", got, err, want)
+			}
+			t.Logf("admitted %d, refused %d", admitted.Load(), refused.Load())
+		})
+	}
+}
+
 // startReplicated starts a primary and one replica of it, and waits until the
 // replica is in sync. The primary pings its replicas rarely, so that its
 // replication offset moves only with writes.
@@ -209,23 +262,180 @@ func TestLayout(t *testing.T) {
 	}
 }
 
+// TestLayoutSequence checks where the sequence lives: in the mark's own key,
+// after the token and a colon, so GET still begins with the token. A greater
+// token without a sequence drops it; an equal one under >= leaves the pair
+// and writes nothing. Batched and not, since each passes its arguments on its
+// own path.
+func TestLayoutSequence(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	for _, tc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, prefix := newStore(t, srv, tc.opts)
+			ctx := t.Context()
+			key := prefix + "orders/42"
+			for i, st := range []struct {
+				a        fencestore.Admission
+				admitted bool
+				value    string
+				writes   bool
+			}{
+				{fencestore.Admission{Token: 42, Sequence: 7, HasSequence: true}, true, "42:7", true},
+				{fencestore.Admission{Token: 42, Compare: fencestore.AtLeast}, true, "42:7", false},
+				{fencestore.Admission{Token: 42, Sequence: 7, HasSequence: true}, false, "42:7", false},
+				{fencestore.Admission{Token: 43, Compare: fencestore.Greater}, true, "43", true},
+				{fencestore.Admission{Token: 43, Sequence: 1<<64 - 1, HasSequence: true}, true, "43:18446744073709551615", true},
+				{fencestore.Admission{Token: 1<<64 - 1, Sequence: 0, HasSequence: true}, true, "18446744073709551615:0", true},
+			} {
+				st.a.Resource = "orders/42"
+				sets := setCalls(t, c)
+				d, err := s.Admit(ctx, st.a)
+				if err != nil || d.Admitted != st.admitted {
+					t.Fatalf("step %d: Admit(%+v) = %+v, %v; want admitted %t", i, st.a, d, err, st.admitted)
+				}
+				if got := string(fencestore.Mark{Token: d.Mark, Sequence: d.Sequence, HasSequence: d.HasSequence}.AppendValue(nil)); got != st.value {
+					t.Errorf("step %d: the decision's mark is %s, want %s", i, got, st.value)
+				}
+				if got, err := c.Get(ctx, key).Result(); err != nil || got != st.value {
+					t.Errorf("step %d: GET %s = %q, %v; want %q", i, key, got, err, st.value)
+				}
+				if wrote := setCalls(t, c) != sets; wrote != st.writes {
+					t.Errorf("step %d: wrote %t, want %t", i, wrote, st.writes)
+				}
+				// The operator's read is the token alone.
+				if m, ok, err := s.Mark(ctx, "orders/42"); err != nil || !ok || m != d.Mark {
+					t.Errorf("step %d: Mark = %d, %t, %v; want %d", i, m, ok, err, d.Mark)
+				}
+				if ttl, err := c.Do(ctx, "TTL", key).Int64(); err != nil || ttl != -1 {
+					t.Errorf("TTL %s = %d, %v; want -1 (no expiry)", key, ttl, err)
+				}
+			}
+		})
+	}
+}
+
+// TestScriptSequences runs admit.lua directly on one call that mixes keys with
+// and without sequences: exact past 2^53 (where two sequences are one
+// double) and up to the greatest uint64, each key seeing the writes before
+// it, and a corrupt "t:s" failing its own key only.
+func TestScriptSequences(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	src, err := os.ReadFile("admit.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, v := range map[string]string{"bad1": "42:", "bad2": "42:07", "bad3": "42:7:1", "pair": "5:7"} {
+		if err := c.Set(ctx, key, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		p53  = "9007199254740992"
+		p53a = "9007199254740993"
+		max  = "18446744073709551615"
+	)
+	steps := []struct {
+		key, token, mode, seq string
+		flag                  int64
+		mark                  string
+	}{
+		{"s", "7", "ge", p53, 1, "7:" + p53},
+		{"s", "7", "gt", p53a, 1, "7:" + p53a}, // as doubles, equal to 2^53
+		{"bad1", "42", "ge", "8", -1, "corrupt mark at bad1"},
+		{"s", "7", "ge", p53, 0, "7:" + p53a},
+		{"s", "7", "ge", "", 1, "7:" + p53a}, // an equal token under >=: the pair stays
+		{"s", "7", "gt", "", 0, "7:" + p53a},
+		{"plain", "3", "gt", "", 1, "3"},
+		{"bad2", "42", "gt", "", -1, "corrupt mark at bad2"},
+		{"s", "7", "gt", max, 1, "7:" + max},
+		{"s", "7", "ge", max, 0, "7:" + max},
+		{"plain", "3", "ge", "0", 1, "3:0"}, // any sequence is above none
+		{"plain", "3", "gt", "0", 0, "3:0"},
+		{"s", "8", "ge", "", 1, "8"}, // a greater token alone drops the sequence
+		{"bad3", "43", "ge", "1", -1, "corrupt mark at bad3"},
+		{"s", "8", "ge", "0", 1, "8:0"},
+		{"s", "7", "ge", "99", 0, "8:0"}, // a lower token, whatever its sequence
+		{"pair", "5", "ge", "6", 0, "5:7"},
+		{"pair", "6", "gt", "0", 1, "6:0"}, // a greater token, whatever its sequence
+		{"max", max, "gt", max, 1, max + ":" + max},
+		{"max", max, "ge", "", 1, max + ":" + max},
+		{"max", max, "gt", max, 0, max + ":" + max},
+	}
+	var keys []string
+	var args []any
+	var want []any
+	for _, st := range steps {
+		keys = append(keys, st.key)
+		args = append(args, st.token, st.mode, st.seq)
+		want = append(want, st.flag, st.mark)
+	}
+	got, err := c.Eval(ctx, string(src), keys, args...).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("reply\n got %v\nwant %v", got, want)
+	}
+	for key, v := range map[string]string{"s": "8:0", "plain": "3:0", "pair": "6:0", "max": max + ":" + max,
+		"bad1": "42:", "bad2": "42:07", "bad3": "42:7:1"} {
+		if got, err := c.Get(ctx, key).Result(); err != nil || got != v {
+			t.Errorf("GET %s = %q, %v; want %q", key, got, err, v)
+		}
+	}
+
+	// With "w" (for WAIT) every decided key is written: an equal token
+	// without a sequence, and a refusal, rewrite the pair, sequence and all.
+	sets := setCalls(t, c)
+	got, err = c.Eval(ctx, string(src), []string{"pair", "pair", "pair", "bad1"},
+		"6", "ge", "", "6", "ge", "0", "5", "gt", "", "1", "ge", "", "w").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []any{int64(1), "6:0", int64(0), "6:0", int64(0), "6:0", int64(-1), "corrupt mark at bad1"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("reply with w\n got %v\nwant %v", got, want)
+	}
+	if n := setCalls(t, c) - sets; n != 3 {
+		t.Errorf("with w the script ran %d SETs, want 3 (none on the corrupt key)", n)
+	}
+	for key, v := range map[string]string{"pair": "6:0", "bad1": "42:"} {
+		if got, err := c.Get(ctx, key).Result(); err != nil || got != v {
+			t.Errorf("GET %s = %q, %v; want %q", key, got, err, v)
+		}
+	}
+}
+
 func TestCorruptMark(t *testing.T) {
 	srv := redistest.Start(t)
 	s, prefix := newStore(t, srv, redisstore.Options{})
 	c := srv.Client(t)
 	ctx := t.Context()
 	for i, v := range []string{"abc", "007", "00", "", "-1", "+1", " 1", "1 ", "1.5", "1e3", "0x10",
-		"18446744073709551616", "99999999999999999999", "123456789012345678901"} {
+		"18446744073709551616", "99999999999999999999", "123456789012345678901",
+		// A token and a sequence of any other shape than "t:s".
+		"42:", ":7", ":", "42:07", "042:7", "42:7:1", "42::7", "42:-1", "42:+1", "42: 7", "42:7 ", "42:x",
+		"42:18446744073709551616", "18446744073709551616:7", "42;7", "42,7"} {
 		t.Run(fmt.Sprintf("%q", v), func(t *testing.T) {
 			res := fmt.Sprintf("corrupt/%d", i)
 			key := prefix + res
 			if err := c.Set(ctx, key, v, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			for _, cmp := range []fencestore.Compare{fencestore.AtLeast, fencestore.Greater} {
-				d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 1<<64 - 1, Compare: cmp})
+			for _, a := range []fencestore.Admission{
+				{Resource: res, Token: 1<<64 - 1, Compare: fencestore.AtLeast},
+				{Resource: res, Token: 1<<64 - 1, Compare: fencestore.Greater},
+				{Resource: res, Token: 1<<64 - 1, Sequence: 1<<64 - 1, HasSequence: true},
+				{Resource: res, Token: 42, Sequence: 8, HasSequence: true},
+			} {
+				d, err := s.Admit(ctx, a)
 				if !errors.Is(err, fencestore.ErrUnavailable) {
-					t.Errorf("Admit over %q (%v) = %+v, %v; want ErrUnavailable", v, cmp, d, err)
+					t.Errorf("Admit(%+v) over %q = %+v, %v; want ErrUnavailable", a, v, d, err)
 				}
 			}
 			if _, _, err := s.Mark(ctx, res); !errors.Is(err, fencestore.ErrUnavailable) {
@@ -250,8 +460,8 @@ func TestCorruptMark(t *testing.T) {
 	})
 }
 
-// TestScriptRejectsBadArguments runs admit.lua directly: a token or mode the
-// Go side would never send is an error reply, not a guess.
+// TestScriptRejectsBadArguments runs admit.lua directly: a token, mode or
+// sequence the Go side would never send is an error reply, not a guess.
 func TestScriptRejectsBadArguments(t *testing.T) {
 	src, err := os.ReadFile("admit.lua")
 	if err != nil {
@@ -264,8 +474,13 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	c := srv.Client(t)
 	ctx := t.Context()
 	for _, args := range [][]any{
-		{"abc", "ge"}, {"007", "ge"}, {"", "gt"}, {"18446744073709551616", "gt"}, {"-1", "ge"},
-		{"5", "xx"}, {"5", ""}, {"5", "GE"}, {"5"}, {},
+		{"abc", "ge", ""}, {"007", "ge", ""}, {"", "gt", ""}, {"18446744073709551616", "gt", ""}, {"-1", "ge", ""},
+		{"5", "xx", ""}, {"5", "", ""}, {"5", "GE", ""},
+		{"5", "ge", "007"}, {"5", "ge", "-1"}, {"5", "ge", " 1"}, {"5", "ge", "1.5"}, {"5", "ge", "x"},
+		{"5", "ge", "18446744073709551616"}, {"5", "ge", "1:2"}, {"5", "ge", "w"},
+		{"5", "ge", "", "x"}, {"5", "ge", "", "w", "w"},
+		{"5", "ge"}, {"5", "ge", "w"}, // the two-argument form of old
+		{"5"}, {},
 	} {
 		if err := c.Eval(ctx, string(src), []string{"args"}, args...).Err(); err == nil {
 			t.Errorf("EVAL admit.lua %q: no error", args)
@@ -273,7 +488,8 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	}
 	// A batch with one bad argument writes none of its keys.
 	for _, args := range [][]any{
-		{"5", "ge", "6"}, {"5", "ge", "6", "gt", "7"}, {"5", "ge", "007", "gt"}, {"5", "ge", "6", "xx"},
+		{"5", "ge", "", "6", "gt"}, {"5", "ge", "", "6", "gt", "", "7"}, {"5", "ge", "", "007", "gt", ""},
+		{"5", "ge", "", "6", "xx", ""}, {"5", "ge", "1", "6", "gt", "01"}, {"5", "ge", "", "6", "gt", "", "x"},
 	} {
 		if err := c.Eval(ctx, string(src), []string{"args", "args2"}, args...).Err(); err == nil {
 			t.Errorf("EVAL admit.lua (2 keys) %q: no error", args)
@@ -299,7 +515,7 @@ func TestScriptBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := c.Eval(ctx, string(src), []string{"a", "a", "bad", "b", "a"},
-		"5", "ge", "5", "gt", "9", "ge", "18446744073709551615", "gt", "4", "ge").Slice()
+		"5", "ge", "", "5", "gt", "", "9", "ge", "", "18446744073709551615", "gt", "", "4", "ge", "").Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,18 +552,18 @@ func TestScriptForeignKeys(t *testing.T) {
 		if err := c.Del(ctx, "a", "b", "c").Err(); err != nil {
 			t.Fatal(err)
 		}
-		args := append([]any{"5", "gt", "1", "ge", "7", "gt", "1", "gt", "9", "ge", "1", "ge", "4", "gt"}, w...)
+		args := append([]any{"5", "gt", "", "1", "ge", "", "7", "gt", "3", "1", "gt", "", "9", "ge", "", "1", "ge", "2", "4", "gt", ""}, w...)
 		got, err := c.Eval(ctx, string(src), []string{"a", "hash", "b", "list", "c", "set", "a"}, args...).Slice()
 		if err != nil {
 			t.Fatalf("EVAL %v: %v; want a reply per key", args, err)
 		}
 		wrong := "WRONGTYPE Operation against a key holding the wrong kind of value at "
-		want := []any{int64(1), "5", int64(-1), wrong + "hash", int64(1), "7", int64(-1), wrong + "list",
+		want := []any{int64(1), "5", int64(-1), wrong + "hash", int64(1), "7:3", int64(-1), wrong + "list",
 			int64(1), "9", int64(-1), wrong + "set", int64(0), "5"}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("EVAL %v:\n got %q\nwant %q", args, got, want)
 		}
-		for key, v := range map[string]string{"a": "5", "b": "7", "c": "9"} {
+		for key, v := range map[string]string{"a": "5", "b": "7:3", "c": "9"} {
 			if got, err := c.Get(ctx, key).Result(); err != nil || got != v {
 				t.Errorf("GET %s = %q, %v; want %q", key, got, err, v)
 			}
@@ -486,6 +702,49 @@ func TestMinReplicas(t *testing.T) {
 		}
 		if after := info(t, pc, "master_repl_offset"); after != before {
 			t.Errorf("master_repl_offset moved %s -> %s for an admission that changed nothing (%s)", before, after, prefix0)
+		}
+	})
+
+	// With a sequence, on the script-and-WAIT path: the pair is what the
+	// replica acknowledges, and a rewrite for WAIT (an equal token without a
+	// sequence, a stale sequence) keeps the sequence.
+	t.Run("sequence", func(t *testing.T) {
+		rc := replica.Client(t)
+		s, prefix := newStore(t, primary, redisstore.Options{MinReplicas: 1, WaitTimeout: 2 * time.Second})
+		key := prefix + "seq"
+		for i, st := range []struct {
+			a     fencestore.Admission
+			want  fencestore.Decision
+			value string
+		}{
+			{fencestore.Admission{Token: 5, Sequence: 7, HasSequence: true},
+				fencestore.Decision{Admitted: true, Mark: 5, Sequence: 7, HasSequence: true}, "5:7"},
+			{fencestore.Admission{Token: 5, Compare: fencestore.AtLeast},
+				fencestore.Decision{Admitted: true, Mark: 5, Sequence: 7, HasSequence: true}, "5:7"},
+			{fencestore.Admission{Token: 5, Sequence: 7, HasSequence: true},
+				fencestore.Decision{Mark: 5, Sequence: 7, HasSequence: true}, "5:7"},
+			{fencestore.Admission{Token: 5, Sequence: 1<<53 + 1, HasSequence: true},
+				fencestore.Decision{Admitted: true, Mark: 5, Sequence: 1<<53 + 1, HasSequence: true}, "5:9007199254740993"},
+			{fencestore.Admission{Token: 5, Sequence: 1 << 53, HasSequence: true},
+				fencestore.Decision{Mark: 5, Sequence: 1<<53 + 1, HasSequence: true}, "5:9007199254740993"},
+			{fencestore.Admission{Token: 6, Compare: fencestore.Greater},
+				fencestore.Decision{Admitted: true, Mark: 6}, "6"},
+		} {
+			st.a.Resource = "seq"
+			sets := setCalls(t, pc)
+			d, err := s.Admit(ctx, st.a)
+			if err != nil || d != st.want {
+				t.Fatalf("step %d: Admit(%+v) = %+v, %v; want %+v", i, st.a, d, err, st.want)
+			}
+			// Every decision writes with WAIT, and the replica acknowledged it.
+			if n := setCalls(t, pc) - sets; n != 1 {
+				t.Errorf("step %d: %d SETs, want 1", i, n)
+			}
+			for name, c := range map[string]*redis.Client{"primary": pc, "replica": rc} {
+				if got, err := c.Get(ctx, key).Result(); err != nil || got != st.value {
+					t.Errorf("step %d: GET %s on the %s = %q, %v; want %q", i, key, name, got, err, st.value)
+				}
+			}
 		}
 	})
 

@@ -9,36 +9,72 @@ import (
 
 func TestParseReply(t *testing.T) {
 	ge, gt := fencestore.AtLeast, fencestore.Greater
+	plain := func(token uint64, cmp fencestore.Compare) fencestore.Admission {
+		return fencestore.Admission{Resource: "r", Token: token, Compare: cmp}
+	}
+	seq := func(token, seq uint64) fencestore.Admission {
+		return fencestore.Admission{Resource: "r", Token: token, Sequence: seq, HasSequence: true}
+	}
+	pair := func(admitted bool, token, seq uint64) fencestore.Decision {
+		return fencestore.Decision{Admitted: admitted, Mark: token, Sequence: seq, HasSequence: true}
+	}
 	for _, tc := range []struct {
 		name  string
 		reply any
-		token uint64
-		cmp   fencestore.Compare
+		a     fencestore.Admission
 		want  fencestore.Decision
 		ok    bool
 	}{
-		{"admitted", []any{int64(1), "5"}, 5, ge, fencestore.Decision{Admitted: true, Mark: 5}, true},
-		{"stale", []any{int64(0), "6"}, 5, ge, fencestore.Decision{Mark: 6}, true},
-		{"stale equal gt", []any{int64(0), "5"}, 5, gt, fencestore.Decision{Mark: 5}, true},
-		{"max", []any{int64(1), "18446744073709551615"}, 1<<64 - 1, gt, fencestore.Decision{Admitted: true, Mark: 1<<64 - 1}, true},
-		{"admitted with another mark", []any{int64(1), "6"}, 5, ge, fencestore.Decision{}, false},
-		{"stale equal ge", []any{int64(0), "5"}, 5, ge, fencestore.Decision{}, false},
-		{"stale below", []any{int64(0), "4"}, 5, gt, fencestore.Decision{}, false},
-		{"flag 2", []any{int64(2), "5"}, 5, ge, fencestore.Decision{}, false},
-		{"flag string", []any{"1", "5"}, 5, ge, fencestore.Decision{}, false},
-		{"mark int", []any{int64(1), int64(5)}, 5, ge, fencestore.Decision{}, false},
-		{"mark leading zero", []any{int64(1), "05"}, 5, ge, fencestore.Decision{}, false},
-		{"mark overflow", []any{int64(0), "18446744073709551616"}, 5, ge, fencestore.Decision{}, false},
-		{"mark empty", []any{int64(0), ""}, 5, ge, fencestore.Decision{}, false},
-		{"three", []any{int64(1), "5", "x"}, 5, ge, fencestore.Decision{}, false},
-		{"one", []any{int64(1)}, 5, ge, fencestore.Decision{}, false},
-		{"nil", nil, 5, ge, fencestore.Decision{}, false},
-		{"string", "OK", 5, ge, fencestore.Decision{}, false},
+		{"admitted", []any{int64(1), "5"}, plain(5, ge), fencestore.Decision{Admitted: true, Mark: 5}, true},
+		{"stale", []any{int64(0), "6"}, plain(5, ge), fencestore.Decision{Mark: 6}, true},
+		{"stale equal gt", []any{int64(0), "5"}, plain(5, gt), fencestore.Decision{Mark: 5}, true},
+		{"max", []any{int64(1), "18446744073709551615"}, plain(1<<64-1, gt), fencestore.Decision{Admitted: true, Mark: 1<<64 - 1}, true},
+		{"admitted with another mark", []any{int64(1), "6"}, plain(5, ge), fencestore.Decision{}, false},
+		{"stale equal ge", []any{int64(0), "5"}, plain(5, ge), fencestore.Decision{}, false},
+		{"stale below", []any{int64(0), "4"}, plain(5, gt), fencestore.Decision{}, false},
+		{"flag 2", []any{int64(2), "5"}, plain(5, ge), fencestore.Decision{}, false},
+		{"flag string", []any{"1", "5"}, plain(5, ge), fencestore.Decision{}, false},
+		{"mark int", []any{int64(1), int64(5)}, plain(5, ge), fencestore.Decision{}, false},
+		{"mark leading zero", []any{int64(1), "05"}, plain(5, ge), fencestore.Decision{}, false},
+		{"mark overflow", []any{int64(0), "18446744073709551616"}, plain(5, ge), fencestore.Decision{}, false},
+		{"mark empty", []any{int64(0), ""}, plain(5, ge), fencestore.Decision{}, false},
+		{"three", []any{int64(1), "5", "x"}, plain(5, ge), fencestore.Decision{}, false},
+		{"one", []any{int64(1)}, plain(5, ge), fencestore.Decision{}, false},
+		{"nil", nil, plain(5, ge), fencestore.Decision{}, false},
+		{"string", "OK", plain(5, ge), fencestore.Decision{}, false},
+
+		// With sequences: an admission reports its own pair.
+		{"seq admitted", []any{int64(1), "5:7"}, seq(5, 7), pair(true, 5, 7), true},
+		{"seq admitted max", []any{int64(1), "18446744073709551615:18446744073709551615"}, seq(1<<64-1, 1<<64-1), pair(true, 1<<64-1, 1<<64-1), true},
+		{"seq admitted with another sequence", []any{int64(1), "5:8"}, seq(5, 7), fencestore.Decision{}, false},
+		{"seq admitted without its sequence", []any{int64(1), "5"}, seq(5, 7), fencestore.Decision{}, false},
+		{"seq admitted with another token", []any{int64(1), "6:7"}, seq(5, 7), fencestore.Decision{}, false},
+		// An equal token without a sequence under >= keeps the pair; under >
+		// or with a greater token the mark is the token alone.
+		{"equal ge keeps the pair", []any{int64(1), "5:7"}, plain(5, ge), pair(true, 5, 7), true},
+		{"equal gt admitted", []any{int64(1), "5:7"}, plain(5, gt), fencestore.Decision{}, false},
+		{"ge admitted with another token's pair", []any{int64(1), "6:7"}, plain(5, ge), fencestore.Decision{}, false},
+		// Refusals Decide gives, and ones it does not.
+		{"stale sequence", []any{int64(0), "5:7"}, seq(5, 7), pair(false, 5, 7), true},
+		{"stale lower sequence", []any{int64(0), "5:7"}, seq(5, 6), pair(false, 5, 7), true},
+		{"stale token with sequence", []any{int64(0), "6:0"}, seq(5, 9), pair(false, 6, 0), true},
+		{"stale token, mark without sequence", []any{int64(0), "6"}, seq(5, 9), fencestore.Decision{Mark: 6}, true},
+		{"stale equal gt with a pair", []any{int64(0), "5:7"}, plain(5, gt), pair(false, 5, 7), true},
+		{"refused by a lower sequence", []any{int64(0), "5:6"}, seq(5, 7), fencestore.Decision{}, false},
+		{"refused by a mark without sequence", []any{int64(0), "5"}, seq(5, 7), fencestore.Decision{}, false},
+		{"refused by a lower token", []any{int64(0), "4:99"}, seq(5, 0), fencestore.Decision{}, false},
+		{"refused ge by an equal pair", []any{int64(0), "5:7"}, plain(5, ge), fencestore.Decision{}, false},
+		// Marks that are not a canonical token[:sequence].
+		{"empty sequence", []any{int64(0), "6:"}, seq(5, 7), fencestore.Decision{}, false},
+		{"sequence leading zero", []any{int64(0), "6:07"}, seq(5, 7), fencestore.Decision{}, false},
+		{"two sequences", []any{int64(0), "6:1:2"}, seq(5, 7), fencestore.Decision{}, false},
+		{"empty token", []any{int64(0), ":7"}, seq(5, 7), fencestore.Decision{}, false},
+		{"sequence overflow", []any{int64(0), "6:18446744073709551616"}, seq(5, 7), fencestore.Decision{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := parseReply(tc.reply, tc.token, tc.cmp)
+			d, err := parseReply(tc.reply, tc.a)
 			if (err == nil) != tc.ok || d != tc.want {
-				t.Errorf("parseReply(%#v, %d, %v) = %+v, %v; want %+v, ok=%t", tc.reply, tc.token, tc.cmp, d, err, tc.want, tc.ok)
+				t.Errorf("parseReply(%#v, %+v) = %+v, %v; want %+v, ok=%t", tc.reply, tc.a, d, err, tc.want, tc.ok)
 			}
 		})
 	}
