@@ -28,6 +28,12 @@ func FuzzParseRoutes(f *testing.F) {
 		"routes:\n  - name: a\n    path: /a\n    resource: a\n    bogus: 1\n",
 		"routes: [{name: a, path: /a/{b}{c}, resource: x}]\n",
 		"case: insensitive\nroutes:\n  - {name: a, path: '/Orders/{id:uint}', methods: [mkcol, MOVE], resource: 'o/{id}'}\n  - {name: b, path: /orders/{id}, case: sensitive, resource: b}\n",
+		// The sequence key: each value, on a route and on the default rule.
+		"routes:\n  - {name: a, path: '/o/{id}', resource: 'o/{id}', sequence: required}\n  - {name: b, path: /b, resource: b, sequence: optional, compare: '>'}\n  - {name: c, path: /c, resource: c, sequence: off}\ndefault:\n  sequence: optional\n",
+		// Contradictions: an unfenced rule with a sequence; ">" with a required sequence.
+		"routes:\n  - {name: a, path: /a, fence: false, sequence: off}\n  - {name: b, path: /b, resource: b, compare: '>', sequence: required}\ndefault:\n  fence: false\n  sequence: required\n",
+		// Spellings that are not the key's values: YAML 1.1 booleans, case, a list.
+		"routes:\n  - {name: a, path: /a, resource: a, sequence: no}\n  - {name: b, path: /b, resource: b, sequence: Required}\n  - {name: c, path: /c, resource: c, sequence: [required]}\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -83,13 +89,19 @@ func checkRoute(t *testing.T, r Route) {
 		}
 	}
 	if !r.Fence {
-		if !reflect.DeepEqual(r.Resource, Template{}) || r.Compare != "" || r.TokenOptional {
+		if !reflect.DeepEqual(r.Resource, Template{}) || r.Compare != "" || r.TokenOptional || r.Sequence != SequenceOff {
 			t.Fatalf("unfenced route %q has fencing settings: %+v", r.Name, r)
 		}
 		return
 	}
 	if r.Compare != CompareAtLeast && r.Compare != CompareGreater {
 		t.Fatalf("route %q: compare %q", r.Name, r.Compare)
+	}
+	switch {
+	case r.Sequence > SequenceOptional:
+		t.Fatalf("route %q: sequence %v", r.Name, r.Sequence)
+	case r.Sequence == SequenceRequired && r.Compare == CompareGreater:
+		t.Fatalf("route %q: compare \">\" accepted with sequence: required", r.Name)
 	}
 	if len(r.Resource.Parts) == 0 || r.Resource.String() != r.Resource.Raw {
 		t.Fatalf("route %q: bad resource %#v", r.Name, r.Resource)

@@ -29,15 +29,16 @@ func isTokenChar(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// reservedHeaders may not carry the token: proxies remove, rewrite or
-// interpret them (hop-by-hop and framing fields).
+// reservedHeaders may not carry the token or the sequence: proxies remove,
+// rewrite or interpret them (hop-by-hop and framing fields).
 var reservedHeaders = []string{
 	"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade",
 	"TE", "Trailer", "Content-Length", "Host", "Proxy-Authorization", "Proxy-Authenticate",
 }
 
-// checkTokenHeader returns why name cannot be the token header, or nil.
-func checkTokenHeader(name string) error {
+// checkFenceHeader returns why name cannot carry the token or the sequence
+// (FENCE_TOKEN_HEADER, FENCE_SEQUENCE_HEADER), or nil.
+func checkFenceHeader(name string) error {
 	if !validHeaderName(name) {
 		return fmt.Errorf("%q is not a valid HTTP header name", name)
 	}

@@ -28,6 +28,7 @@ type rawEnv struct {
 	BoltPath        string `env:"FENCE_BOLT_PATH" envDefault:"fenceproxy.db"`
 	RoutesFile      string `env:"FENCE_ROUTES_FILE"`
 	TokenHeader     string `env:"FENCE_TOKEN_HEADER" envDefault:"Fencing-Token"`
+	SequenceHeader  string `env:"FENCE_SEQUENCE_HEADER" envDefault:"Fencing-Sequence"`
 	KeyPrefix       string `env:"FENCE_KEY_PREFIX" envDefault:"fence:"`
 	StoreTimeout    string `env:"FENCE_STORE_TIMEOUT" envDefault:"500ms"`
 	ShutdownTimeout string `env:"FENCE_SHUTDOWN_TIMEOUT" envDefault:"25s"`
@@ -104,10 +105,18 @@ func Load(environ map[string]string) (*Config, error) {
 	c.AdminAddr = raw.AdminAddr
 	checkListeners(raw.ListenAddr, raw.AdminAddr, bad)
 
-	if err := checkTokenHeader(raw.TokenHeader); err != nil {
+	if err := checkFenceHeader(raw.TokenHeader); err != nil {
 		bad("FENCE_TOKEN_HEADER", "%v", err)
 	} else {
 		c.TokenHeader = textproto.CanonicalMIMEHeaderKey(raw.TokenHeader)
+	}
+	// Header names are case-insensitive: "fencing-token" is the token header.
+	if err := checkFenceHeader(raw.SequenceHeader); err != nil {
+		bad("FENCE_SEQUENCE_HEADER", "%v", err)
+	} else if strings.EqualFold(raw.SequenceHeader, raw.TokenHeader) {
+		bad("FENCE_SEQUENCE_HEADER", "%q is the token header (FENCE_TOKEN_HEADER); the sequence needs a header of its own", raw.SequenceHeader)
+	} else {
+		c.SequenceHeader = textproto.CanonicalMIMEHeaderKey(raw.SequenceHeader)
 	}
 
 	c.StoreTimeout = parsePositiveDuration("FENCE_STORE_TIMEOUT", raw.StoreTimeout, bad)
@@ -173,9 +182,7 @@ func Load(environ map[string]string) (*Config, error) {
 		problems = append(problems, fmt.Errorf("FENCE_ROUTES_FILE: %w", err))
 	} else {
 		rs, routeProblems := parseRoutes(data)
-		if c.TokenHeader != "" {
-			routeProblems = append(routeProblems, tokenAsResource(rs, c.TokenHeader)...)
-		}
+		routeProblems = append(routeProblems, fenceHeadersAsResource(rs, c.TokenHeader, c.SequenceHeader)...)
 		for _, p := range routeProblems {
 			problems = append(problems, fmt.Errorf("FENCE_ROUTES_FILE %q: %w", raw.RoutesFile, p))
 		}
@@ -188,19 +195,29 @@ func Load(environ map[string]string) (*Config, error) {
 	return c, nil
 }
 
-// tokenAsResource reports the rules whose resource template reads the token
-// header: a mark per token value would fence nothing.
-func tokenAsResource(rs Routes, tokenHeader string) []error {
+// fenceHeadersAsResource reports the rules whose resource template reads
+// the token header or the sequence header: a mark per token, or per
+// sequence, fences nothing. An empty header name (one that was itself
+// invalid, and reported as such) matches no placeholder.
+func fenceHeadersAsResource(rs Routes, tokenHeader, sequenceHeader string) []error {
 	var problems []error
 	for i, r := range append(slices.Clone(rs.Routes), rs.Default) {
 		label := "default"
 		if i < len(rs.Routes) {
 			label = routeLabel(i, r.Name)
 		}
+		var token, sequence bool // each reported once per rule
 		for _, p := range r.Resource.Parts {
-			if p.Kind == PartHeader && p.Value == tokenHeader {
+			if p.Kind != PartHeader || p.Value == "" {
+				continue
+			}
+			switch {
+			case p.Value == tokenHeader && !token:
+				token = true
 				problems = append(problems, fmt.Errorf("%s: resource: {header:%s} is the token header (FENCE_TOKEN_HEADER); a mark per token fences nothing", label, p.Value))
-				break
+			case p.Value == sequenceHeader && !sequence:
+				sequence = true
+				problems = append(problems, fmt.Errorf("%s: resource: {header:%s} is the sequence header (FENCE_SEQUENCE_HEADER); a mark per sequence fences nothing", label, p.Value))
 			}
 		}
 	}

@@ -72,7 +72,7 @@ func TestLoadDefaults(t *testing.T) {
 				"FENCE_REDIS_MASTER_NAME", "FENCE_REDIS_CLUSTER_ADDRS", "FENCE_REDIS_USERNAME",
 				"FENCE_REDIS_PASSWORD", "FENCE_REDIS_TLS_CA_FILE", "FENCE_REDIS_MIN_REPLICAS",
 				"FENCE_REDIS_WAIT_TIMEOUT", "FENCE_REDIS_EVICTION", "FENCE_REDIS_PERSISTENCE",
-				"FENCE_BODY_TIMEOUT",
+				"FENCE_BODY_TIMEOUT", "FENCE_SEQUENCE_HEADER",
 			} {
 				env[k] = ""
 			}
@@ -90,6 +90,7 @@ func TestLoadDefaults(t *testing.T) {
 				BoltPath:        "fenceproxy.db",
 				RoutesFile:      "",
 				TokenHeader:     "Fencing-Token",
+				SequenceHeader:  "Fencing-Sequence",
 				KeyPrefix:       "fence:",
 				StoreTimeout:    500 * time.Millisecond,
 				ShutdownTimeout: 25 * time.Second,
@@ -152,6 +153,10 @@ func TestLoadValues(t *testing.T) {
 			func(c *Config) bool { return c.BoltPath == "/var/lib/fence/marks.db" }},
 		{"token header canonical", map[string]string{"FENCE_TOKEN_HEADER": "x-fence-token"},
 			func(c *Config) bool { return c.TokenHeader == "X-Fence-Token" }},
+		{"sequence header canonical", map[string]string{"FENCE_SEQUENCE_HEADER": "x-fence-seq"},
+			func(c *Config) bool { return c.SequenceHeader == "X-Fence-Seq" }},
+		{"sequence header may be Fencing-Token once the token moved", map[string]string{"FENCE_TOKEN_HEADER": "X-Token", "FENCE_SEQUENCE_HEADER": "fencing-token"},
+			func(c *Config) bool { return c.TokenHeader == "X-Token" && c.SequenceHeader == "Fencing-Token" }},
 		{"key prefix", map[string]string{"FENCE_KEY_PREFIX": "app1:fence:"},
 			func(c *Config) bool { return c.KeyPrefix == "app1:fence:" }},
 		{"store timeout", map[string]string{"FENCE_STORE_TIMEOUT": "2s"},
@@ -234,6 +239,13 @@ func TestLoadInvalid(t *testing.T) {
 		{"token header content-length", map[string]string{"FENCE_TOKEN_HEADER": "Content-Length"}, "FENCE_TOKEN_HEADER:"},
 		{"token header host", map[string]string{"FENCE_TOKEN_HEADER": "host"}, "FENCE_TOKEN_HEADER:"},
 		{"token header proxy-authorization", map[string]string{"FENCE_TOKEN_HEADER": "Proxy-Authorization"}, "FENCE_TOKEN_HEADER:"},
+		{"sequence header invalid", map[string]string{"FENCE_SEQUENCE_HEADER": "Fencing Sequence"}, `FENCE_SEQUENCE_HEADER: "Fencing Sequence" is not a valid HTTP header name`},
+		{"sequence header hop-by-hop", map[string]string{"FENCE_SEQUENCE_HEADER": "keep-alive"}, `FENCE_SEQUENCE_HEADER: "keep-alive" is a hop-by-hop or framing header`},
+		{"sequence header framing", map[string]string{"FENCE_SEQUENCE_HEADER": "Transfer-Encoding"}, `FENCE_SEQUENCE_HEADER: "Transfer-Encoding" is a hop-by-hop or framing header`},
+		{"sequence header is the token header", map[string]string{"FENCE_SEQUENCE_HEADER": "fencing-token"},
+			`FENCE_SEQUENCE_HEADER: "fencing-token" is the token header (FENCE_TOKEN_HEADER); the sequence needs a header of its own`},
+		{"sequence header is a custom token header", map[string]string{"FENCE_TOKEN_HEADER": "X-Lease", "FENCE_SEQUENCE_HEADER": "x-lease"},
+			`FENCE_SEQUENCE_HEADER: "x-lease" is the token header (FENCE_TOKEN_HEADER)`},
 		{"store timeout not a duration", map[string]string{"FENCE_STORE_TIMEOUT": "abc"}, `FENCE_STORE_TIMEOUT: "abc" is not a duration`},
 		{"store timeout unitless", map[string]string{"FENCE_STORE_TIMEOUT": "500"}, `FENCE_STORE_TIMEOUT: "500" is not a duration`},
 		{"store timeout zero", map[string]string{"FENCE_STORE_TIMEOUT": "0s"}, `FENCE_STORE_TIMEOUT: "0s" must be greater than 0`},
@@ -447,6 +459,35 @@ func TestLoadTokenHeaderAsResource(t *testing.T) {
 	}
 }
 
+// The sequence header may not name the resource either: a mark per sequence
+// fences nothing. Routes are checked whether or not they use a sequence.
+func TestLoadSequenceHeaderAsResource(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "routes.yaml")
+	file := "routes:\n  - {name: a, path: /a, resource: 'a/{header:fencing-sequence}', sequence: required}\n" +
+		"  - {name: b, path: /b, resource: 'b/{header:Fencing-Sequence}/{header:Fencing-Token}'}\n" +
+		"default:\n  resource: 'd/{header:Fencing-Sequence}/{header:Fencing-Sequence}'\n"
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := withUpstream(map[string]string{"FENCE_ROUTES_FILE": path})
+	_, err := Load(env)
+	wants := []string{
+		`route "a": resource: {header:Fencing-Sequence} is the sequence header (FENCE_SEQUENCE_HEADER); a mark per sequence fences nothing`,
+		`route "b": resource: {header:Fencing-Sequence} is the sequence header`,
+		`route "b": resource: {header:Fencing-Token} is the token header`,
+		`default: resource: {header:Fencing-Sequence} is the sequence header`,
+	}
+	requireProblems(t, err, wants...)
+	if lines := problemLines(t, err); len(lines) != len(wants) {
+		t.Errorf("want %d problems (each header once per rule), got %d:\n%v", len(wants), len(lines), err)
+	}
+	env["FENCE_SEQUENCE_HEADER"] = "X-Seq"
+	env["FENCE_TOKEN_HEADER"] = "X-Token"
+	if _, err := Load(env); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestLoadNilEnviron(t *testing.T) {
 	_, err := Load(nil)
 	requireProblems(t, err, "FENCE_UPSTREAM_URL: required")
@@ -497,6 +538,7 @@ func TestLoadUnknownVariable(t *testing.T) {
 		{"transposed", "FENCE_REDIS_ULR", "FENCE_REDIS_ULR: unknown variable; did you mean FENCE_REDIS_URL?"},
 		{"missing letter", "FENCE_STORE_TIMOUT", "did you mean FENCE_STORE_TIMEOUT?"},
 		{"wrong case word", "FENCE_ROUTE_FILE", "did you mean FENCE_ROUTES_FILE?"},
+		{"sequence misspelled", "FENCE_SEQUENCE_HEADR", "FENCE_SEQUENCE_HEADR: unknown variable; did you mean FENCE_SEQUENCE_HEADER?"},
 		{"nothing near", "FENCE_XYZZY_PLUGH_FROBNICATE", "FENCE_XYZZY_PLUGH_FROBNICATE: unknown variable (fenceproxy reads: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -527,7 +569,7 @@ func TestLoadIgnoresServiceLinks(t *testing.T) {
 }
 
 func TestKnownVariablesCoverTheEnvironment(t *testing.T) {
-	for _, v := range []string{"FENCE_UPSTREAM_URL", "FENCE_REDIS_PERSISTENCE", "FENCE_BODY_TIMEOUT", "FENCE_REDIS_EVICTION"} {
+	for _, v := range []string{"FENCE_UPSTREAM_URL", "FENCE_REDIS_PERSISTENCE", "FENCE_BODY_TIMEOUT", "FENCE_REDIS_EVICTION", "FENCE_SEQUENCE_HEADER"} {
 		if !slices.Contains(KnownVariables(), v) {
 			t.Errorf("KnownVariables lacks %s", v)
 		}

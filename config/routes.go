@@ -52,6 +52,7 @@ type rawRule struct {
 	Resource *string  `yaml:"resource"`
 	Compare  *string  `yaml:"compare"`
 	Token    *string  `yaml:"token"`
+	Sequence *string  `yaml:"sequence"` // off | required | optional
 	Fence    *bool    `yaml:"fence"`
 }
 
@@ -258,6 +259,9 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 		if raw.Token != nil {
 			set = append(set, "token")
 		}
+		if raw.Sequence != nil {
+			set = append(set, "sequence")
+		}
 		if len(set) > 0 {
 			bad("fence: false contradicts %s (an unfenced rule has none)", strings.Join(set, ", "))
 		}
@@ -306,6 +310,26 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 		default:
 			bad("token: %q must be required or optional", *raw.Token)
 		}
+	}
+
+	if raw.Sequence != nil {
+		switch *raw.Sequence {
+		case "off":
+		case "required":
+			r.Sequence = SequenceRequired
+		case "optional":
+			r.Sequence = SequenceOptional
+		default:
+			bad("sequence: %q must be off, required or optional", *raw.Sequence)
+		}
+	}
+	// compare applies only to a request without a sequence, and with
+	// sequence: required there is none: one token then admits every request
+	// whose sequence grows, which is not what ">" (each request its own
+	// token) promises.
+	if r.Sequence == SequenceRequired && raw.Compare != nil && r.Compare == CompareGreater {
+		bad("compare: \">\" contradicts sequence: required (every request is ordered by its (token, sequence) pair, so one token admits many requests; " +
+			"use sequence: optional to make requests without a sequence need a token of their own, or drop compare)")
 	}
 	return r
 }

@@ -218,6 +218,23 @@ func TestParseRoutesInvalid(t *testing.T) {
 		{"default with wildcard", "default:\n  resource: 'f/{*}'\n", []string{`default: resource: "f/{*}": {*} needs a path ending in "/*"`}},
 		{"default bad compare", "default:\n  compare: '>>'\n", []string{`default: compare: ">>" must be ">=" or ">"`}},
 		{"default fence false with compare", "default:\n  fence: false\n  compare: '>'\n", []string{"default: fence: false contradicts compare"}},
+		{"bad sequence", route("name: writes", "path: /w", "resource: w", "sequence: always"),
+			[]string{`route "writes": sequence: "always" must be off, required or optional`}},
+		{"sequence in upper case", route("name: writes", "path: /w", "resource: w", "sequence: Required"),
+			[]string{`route "writes": sequence: "Required" must be off, required or optional`}},
+		{"sequence not a string", route("name: writes", "path: /w", "resource: w", "sequence: [required]"),
+			[]string{"route \"writes\": line 8: cannot use !!seq here: want a string"}},
+		{"fence false with sequence", route("name: writes", "path: /w", "fence: false", "sequence: required"),
+			[]string{`route "writes": fence: false contradicts sequence (an unfenced rule has none)`}},
+		{"fence false with sequence off", route("name: writes", "path: /w", "fence: false", "sequence: off"),
+			[]string{`route "writes": fence: false contradicts sequence`}},
+		{"fence false with sequence and token", route("name: writes", "path: /w", "fence: false", "token: optional", "sequence: optional"),
+			[]string{`route "writes": fence: false contradicts token, sequence`}},
+		{"compare > with sequence required", route("name: writes", "path: /w", "resource: w", `compare: ">"`, "sequence: required"),
+			[]string{`route "writes": compare: ">" contradicts sequence: required`}},
+		{"default bad sequence", "default:\n  sequence: sometimes\n", []string{`default: sequence: "sometimes" must be off, required or optional`}},
+		{"default fence false with sequence", "default:\n  fence: false\n  sequence: optional\n", []string{"default: fence: false contradicts sequence"}},
+		{"default compare > with sequence required", "default:\n  compare: '>'\n  sequence: required\n", []string{`default: compare: ">" contradicts sequence: required`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -227,6 +244,50 @@ func TestParseRoutesInvalid(t *testing.T) {
 				t.Errorf("want %d problems, got %d:\n%v", len(tt.want), len(lines), err)
 			}
 		})
+	}
+}
+
+// The sequence key: off by default, on any fenced rule (the default rule
+// too), and "off" is a string here, not YAML 1.1's false.
+func TestParseRoutesSequence(t *testing.T) {
+	rs, err := ParseRoutes([]byte(`
+routes:
+  - {name: none, path: /none, resource: none}
+  - {name: off, path: /off, resource: off, sequence: off}
+  - {name: req, path: /req, resource: req, sequence: required}
+  - {name: req-ge, path: /req-ge, resource: req-ge, sequence: required, compare: ">="}
+  - {name: opt, path: /opt, resource: opt, sequence: optional}
+  - {name: opt-gt, path: /opt-gt, resource: opt-gt, sequence: optional, compare: ">", token: optional}
+  - {name: unfenced, path: /unfenced, fence: false}
+default:
+  sequence: required
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Sequence{
+		"none": SequenceOff, "off": SequenceOff, "req": SequenceRequired, "req-ge": SequenceRequired,
+		"opt": SequenceOptional, "opt-gt": SequenceOptional, "unfenced": SequenceOff,
+	}
+	for _, r := range rs.Routes {
+		if r.Sequence != want[r.Name] {
+			t.Errorf("route %q: sequence %v, want %v", r.Name, r.Sequence, want[r.Name])
+		}
+	}
+	if opt := rs.Routes[5]; opt.Compare != CompareGreater || !opt.TokenOptional {
+		t.Errorf("route opt-gt: %+v", opt)
+	}
+	d := rs.Default
+	if d.Sequence != SequenceRequired || !d.Fence || d.Resource.Raw != "default" || d.Compare != CompareAtLeast {
+		t.Errorf("default rule %+v", d)
+	}
+	if DefaultRoutes().Default.Sequence != SequenceOff {
+		t.Error("the built-in default rule orders by sequence")
+	}
+	for s, spelling := range map[Sequence]string{SequenceOff: "off", SequenceRequired: "required", SequenceOptional: "optional", 9: "Sequence(9)"} {
+		if got := s.String(); got != spelling {
+			t.Errorf("Sequence(%d).String() = %q, want %q", uint8(s), got, spelling)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -60,6 +61,7 @@ func ParseTemplate(s string, params []string, allowWildcard bool) (Template, err
 // parsePlaceholder parses the text between a template's braces.
 func parsePlaceholder(body string, params []string, allowWildcard bool) (Part, error) {
 	kind, arg, hasKind := strings.Cut(body, ":")
+	shown := shownPlaceholder(body)
 	switch {
 	case body == "":
 		return Part{}, errors.New("empty placeholder {}")
@@ -74,26 +76,37 @@ func parsePlaceholder(body string, params []string, allowWildcard bool) (Part, e
 			if len(params) > 0 {
 				have = "it has " + strings.Join(params, ", ")
 			}
-			return Part{}, fmt.Errorf("{%s} %w (%s)", body, errNotParam, have)
+			return Part{}, fmt.Errorf("%s %w (%s)", shown, errNotParam, have)
 		}
 		return Part{Kind: PartParam, Value: body}, nil
 	case kind == "header":
 		if !validHeaderName(arg) {
-			return Part{}, fmt.Errorf("{%s}: %q is not a valid header name", body, arg)
+			return Part{}, fmt.Errorf("%s: %q is not a valid header name", shown, arg)
 		}
 		name := textproto.CanonicalMIMEHeaderKey(arg)
 		if why := unseenHeader(name); why != "" {
-			return Part{}, fmt.Errorf("{%s}: %s, so the upstream would not see the value that named the resource", body, why)
+			return Part{}, fmt.Errorf("%s: %s, so the upstream would not see the value that named the resource", shown, why)
 		}
 		return Part{Kind: PartHeader, Value: name}, nil
 	case kind == "query":
 		if arg == "" {
-			return Part{}, fmt.Errorf("{%s}: empty query parameter name", body)
+			return Part{}, fmt.Errorf("%s: empty query parameter name", shown)
 		}
 		return Part{Kind: PartQuery, Value: arg}, nil
 	default:
-		return Part{}, fmt.Errorf("{%s}: unknown placeholder kind %q (want {param}, {header:Name} or {query:name})", body, kind)
+		return Part{}, fmt.Errorf("%s: unknown placeholder kind %q (want {param}, {header:Name} or {query:name})", shown, kind)
 	}
+}
+
+// shownPlaceholder spells the placeholder {body} for an error message: as
+// written, or quoted when it holds a character that would not show as itself
+// (a newline would split one problem over two lines).
+func shownPlaceholder(body string) string {
+	s := "{" + body + "}"
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
+	}
+	return s
 }
 
 // String returns the template in the routes file's syntax, with header names

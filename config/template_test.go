@@ -57,6 +57,10 @@ func TestParseTemplateInvalid(t *testing.T) {
 		{"{header:}", `{header:}: "" is not a valid header name`},
 		{"{header:X(1)}", `"X(1)" is not a valid header name`},
 		{"{query:}", "{query:}: empty query parameter name"},
+		// A placeholder that would not show as itself is quoted: a newline
+		// must not split one problem over two lines.
+		{"{a\nb}", `"{a\nb}" is not a parameter of the path`},
+		{"{cookie\t:x}", `"{cookie\t:x}": unknown placeholder kind "cookie\t"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

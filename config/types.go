@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net/url"
 	"time"
 
@@ -28,6 +29,7 @@ type Config struct {
 	BoltPath        string        // FENCE_BOLT_PATH
 	RoutesFile      string        // FENCE_ROUTES_FILE ("" = default rule only)
 	TokenHeader     string        // FENCE_TOKEN_HEADER, in canonical MIME form
+	SequenceHeader  string        // FENCE_SEQUENCE_HEADER, in canonical MIME form; never the token header
 	KeyPrefix       string        // FENCE_KEY_PREFIX
 	StoreTimeout    time.Duration // FENCE_STORE_TIMEOUT (> 0)
 	ShutdownTimeout time.Duration // FENCE_SHUTDOWN_TIMEOUT (> 0): bound on draining at SIGTERM
@@ -115,6 +117,41 @@ type Route struct {
 	// TokenOptional forwards a request without a token unfenced; when false
 	// such a request gets 428.
 	TokenOptional bool
+	// Sequence says whether the requests of one token are ordered by a
+	// sequence (the FENCE_SEQUENCE_HEADER header). The zero value is
+	// SequenceOff, also for an unfenced route.
+	Sequence Sequence
+}
+
+// Sequence is a route's sequence key: whether the resource's mark is the
+// pair (token, sequence), so that the requests of one lease are admitted in
+// order.
+type Sequence uint8
+
+// The values of the sequence key.
+const (
+	// SequenceOff (the default): requests are admitted by token alone under
+	// the route's Compare; a sequence header is not read.
+	SequenceOff Sequence = iota
+	// SequenceRequired: every fenced request carries a sequence; one without
+	// gets 428.
+	SequenceRequired
+	// SequenceOptional: a request with a sequence is admitted by the pair; one
+	// without is admitted by token alone under the route's Compare.
+	SequenceOptional
+)
+
+// String returns the routes-file spelling of s (off, required or optional).
+func (s Sequence) String() string {
+	switch s {
+	case SequenceOff:
+		return "off"
+	case SequenceRequired:
+		return "required"
+	case SequenceOptional:
+		return "optional"
+	}
+	return fmt.Sprintf("Sequence(%d)", uint8(s))
 }
 
 // Template is a parsed resource template such as "orders/{orderID}" or

@@ -24,6 +24,9 @@ type Options struct {
 	// TokenHeader is the request header carrying the token. If empty,
 	// "Fencing-Token".
 	TokenHeader string
+	// SequenceHeader is the request header carrying the sequence, read on a
+	// route whose sequence is not off. If empty, "Fencing-Sequence".
+	SequenceHeader string
 	// StoreTimeout bounds one admission; past it the request gets 503.
 	// If zero, 500ms.
 	StoreTimeout time.Duration
@@ -42,13 +45,14 @@ type Options struct {
 
 // Proxy is the fencing reverse proxy, an http.Handler.
 type Proxy struct {
-	router       *router
-	store        fencestore.Store
-	tokenHeader  string
-	storeTimeout time.Duration
-	bodyTimeout  time.Duration
-	deadlines    *sharedDeadline
-	log          *zap.Logger
+	router         *router
+	store          fencestore.Store
+	tokenHeader    string
+	sequenceHeader string
+	storeTimeout   time.Duration
+	bodyTimeout    time.Duration
+	deadlines      *sharedDeadline
+	log            *zap.Logger
 	// outageLog logs the refusals of a store that does not answer through
 	// zap's sampler: during an outage every fenced request is refused, and
 	// one line each would flood the log (and its disk) with the same news.
@@ -70,6 +74,9 @@ func New(o Options) (*Proxy, error) {
 	if o.TokenHeader == "" {
 		o.TokenHeader = "Fencing-Token"
 	}
+	if o.SequenceHeader == "" {
+		o.SequenceHeader = "Fencing-Sequence"
+	}
 	if o.StoreTimeout <= 0 {
 		o.StoreTimeout = 500 * time.Millisecond
 	}
@@ -86,7 +93,11 @@ func New(o Options) (*Proxy, error) {
 		o.BodyTimeout = 60 * time.Second
 	}
 	th := http.CanonicalHeaderKey(o.TokenHeader)
-	rt, err := newRouter(o.Routes, th, o.Metrics)
+	sh := http.CanonicalHeaderKey(o.SequenceHeader)
+	if th == sh {
+		return nil, errors.New("proxy: TokenHeader and SequenceHeader are the same header")
+	}
+	rt, err := newRouter(o.Routes, th, sh, o.Metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -97,13 +108,14 @@ func New(o Options) (*Proxy, error) {
 		r.forward = newForwarder(o.Upstream, o.Transport, o.Logger.With(zap.String("route", r.name)), r.metrics, r.name)
 	}
 	p := &Proxy{
-		router:       rt,
-		store:        o.Store,
-		tokenHeader:  th,
-		storeTimeout: o.StoreTimeout,
-		bodyTimeout:  o.BodyTimeout,
-		deadlines:    newSharedDeadline(o.StoreTimeout),
-		log:          o.Logger,
+		router:         rt,
+		store:          o.Store,
+		tokenHeader:    th,
+		sequenceHeader: sh,
+		storeTimeout:   o.StoreTimeout,
+		bodyTimeout:    o.BodyTimeout,
+		deadlines:      newSharedDeadline(o.StoreTimeout),
+		log:            o.Logger,
 		outageLog: o.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 			return zapcore.NewSamplerWithOptions(c, time.Second, outageLogFirst, outageLogThereafter)
 		})),
@@ -112,8 +124,8 @@ func New(o Options) (*Proxy, error) {
 }
 
 // ServeHTTP fences r and forwards it, or answers with a problem. The steps
-// run in the order of the house plan: canonical path, route, token, resource,
-// admission, forward.
+// run in the order of the house plan: canonical path, route, token (and
+// sequence, on a route with one), resource, admission, forward.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	canon, trailing, err := CanonicalPath(r.URL.EscapedPath())
 	if err != nil {
@@ -154,11 +166,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	values := r.Header[p.tokenHeader]
 	token, err := ParseToken(values)
+	var seq uint64
+	var hasSeq bool
+	if err == nil && rt.sequence != config.SequenceOff {
+		seq, hasSeq, err = p.sequenceOf(r, rt)
+	}
 	if err == nil {
 		err = p.checkConnection(r, rt)
 	}
 	if err != nil {
 		var te *TokenError
+		var se *SequenceError
 		switch {
 		case errors.Is(err, ErrTokenAbsent) && rt.tokenOptional:
 			m.requests[decUnfenced].Inc()
@@ -173,6 +191,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.refuse(w, rt, decMalformed, &problem{
 				Type: TypeTokenMalformed, Title: "Malformed fencing token", Status: http.StatusBadRequest,
 				Detail: p.tokenHeader + ": " + err.Error(), Route: rt.name,
+			})
+		case errors.Is(err, ErrSequenceAbsent):
+			p.refuse(w, rt, decMissing, &problem{
+				Type: TypeSequenceRequired, Title: "Fencing sequence required", Status: http.StatusPreconditionRequired,
+				Detail: "this route orders the requests of one lease: send the request's sequence in the " + p.sequenceHeader + " header",
+				Route:  rt.name, Token: formatUint(token),
+			})
+		case errors.As(err, &se):
+			p.refuse(w, rt, decMalformed, &problem{
+				Type: TypeSequenceMalformed, Title: "Malformed fencing sequence", Status: http.StatusBadRequest,
+				Detail: p.sequenceHeader + ": " + err.Error(), Route: rt.name, Token: formatUint(token),
 			})
 		default: // the Connection header names a template header
 			p.refuse(w, rt, decBadRequest, &problem{
@@ -198,7 +227,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.refuse(w, rt, decBadRequest, &problem{
 			Type: TypeBadRequest, Title: "Resource cannot be named", Status: http.StatusBadRequest,
-			Detail: err.Error(), Route: rt.name, Token: formatUint(token),
+			Detail: err.Error(), Route: rt.name, Token: formatUint(token), Sequence: formatIf(seq, hasSeq),
 		})
 		return
 	}
@@ -206,8 +235,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// or never admitted) must not grow the cache.
 	resource, interned := rt.names.lookup(name)
 
+	if err := readBodyFirst(r); err != nil {
+		status := http.StatusBadRequest
+		if err == errBodyTimeout {
+			status = http.StatusRequestTimeout
+		}
+		p.refuse(w, rt, decBadRequest, &problem{
+			Type: TypeBadRequest, Title: "Request body incomplete", Status: status,
+			Detail: err.Error() + "; it was not admitted and nothing was forwarded",
+			Route:  rt.name, Resource: resource, Token: formatUint(token), Sequence: formatIf(seq, hasSeq),
+		})
+		return
+	}
+
+	a := fencestore.Admission{Resource: resource, Token: token, Sequence: seq, HasSequence: hasSeq, Compare: rt.compare}
 	start := time.Now()
-	d, err := p.store.Admit(p.deadlines.context(start), fencestore.Admission{Resource: resource, Token: token, Compare: rt.compare})
+	d, err := p.store.Admit(p.deadlines.context(start), a)
 	elapsed := time.Since(start)
 
 	switch {
@@ -217,18 +260,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		pr := &problem{
 			Type: TypeStoreUnavailable, Title: "Fence store unavailable", Status: http.StatusServiceUnavailable,
 			Detail: p.unavailableDetail(err),
-			Route:  rt.name, Resource: resource, Token: formatUint(token),
+			Route:  rt.name, Resource: resource, Token: formatUint(token), Sequence: formatIf(seq, hasSeq),
 		}
 		p.logRefusal(p.outageLog, rt, decUnavailable, pr, zap.Error(err))
 		writeProblem(w, pr)
 	case !d.Admitted:
 		m.stale.Observe(elapsed.Seconds())
-		p.refuse(w, rt, decStale, &problem{
+		pr := &problem{
 			Type: TypeStaleToken, Title: "Stale fencing token", Status: http.StatusConflict,
 			Detail: "token " + formatUint(token) + " is older than the resource's high-water mark " +
 				formatUint(d.Mark) + ": a newer lease holder has written",
 			Route: rt.name, Resource: resource, Token: formatUint(token), HighWaterMark: formatUint(d.Mark),
-		})
+			Sequence: formatIf(seq, hasSeq), HighWaterSequence: formatIf(d.Sequence, d.HasSequence),
+		}
+		if d.StaleSequence(a) {
+			pr.Type, pr.Title = TypeStaleSequence, "Stale fencing sequence"
+			pr.Detail = "sequence " + pr.Sequence + " of token " + pr.Token + " is not above the resource's high-water sequence " +
+				pr.HighWaterSequence + " for that token: a later request of this lease was admitted first, or this one was already admitted"
+		}
+		p.refuse(w, rt, decStale, pr)
 	default:
 		m.admitted.Observe(elapsed.Seconds())
 		m.requests[decAdmitted].Inc()
@@ -238,8 +288,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ce := p.log.Check(zapcore.DebugLevel, "admitted"); ce != nil {
 			// token and mark are strings in every log line, as in the
 			// problem bodies: JSON numbers lose precision past 2^53.
-			ce.Write(zap.String("route", rt.name), zap.String("resource", resource),
-				zap.String("token", formatUint(token)), zap.String("mark", formatUint(d.Mark)), zap.Duration("duration", elapsed))
+			fields := []zap.Field{zap.String("route", rt.name), zap.String("resource", resource),
+				zap.String("token", formatUint(token)), zap.String("mark", formatUint(d.Mark)), zap.Duration("duration", elapsed)}
+			if hasSeq {
+				fields = append(fields, zap.String("sequence", formatUint(seq)), zap.String("highWaterSequence", formatUint(d.Sequence)))
+			}
+			ce.Write(fields...)
 		}
 		p.serveForward(w, r, rt, canon, trailing)
 	}
@@ -261,6 +315,13 @@ func (p *Proxy) logRefusal(log *zap.Logger, rt *route, d decision, pr *problem, 
 			zap.String("resource", pr.Resource), zap.String("token", pr.Token), zap.String("mark", pr.HighWaterMark),
 			zap.String("detail", pr.Detail),
 		}, extra...)
+		// Known only on a route with a sequence: strings, as token and mark.
+		if pr.Sequence != "" {
+			fields = append(fields, zap.String("sequence", pr.Sequence))
+		}
+		if pr.HighWaterSequence != "" {
+			fields = append(fields, zap.String("highWaterSequence", pr.HighWaterSequence))
+		}
 		ce.Write(fields...)
 	}
 }
@@ -347,7 +408,8 @@ func (e *connectionError) Error() string {
 }
 
 // checkConnection checks the Connection header against the headers the fence
-// depends on (the token header first, then the template's headers).
+// depends on (the token header first, then the sequence header on a route
+// with a sequence, then the template's headers).
 func (p *Proxy) checkConnection(r *http.Request, rt *route) error {
 	for _, v := range r.Header["Connection"] {
 		for v != "" {
@@ -356,8 +418,11 @@ func (p *Proxy) checkConnection(r *http.Request, rt *route) error {
 			name = strings.TrimSpace(name)
 			for i, h := range rt.connHeaders {
 				if strings.EqualFold(name, h) {
-					if i == 0 {
+					switch {
+					case i == 0:
 						return errTokenHopByHop
+					case i == 1 && rt.sequence != config.SequenceOff:
+						return errSequenceHopByHop
 					}
 					return &connectionError{header: h}
 				}

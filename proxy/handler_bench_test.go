@@ -13,7 +13,7 @@ import (
 )
 
 func BenchmarkRouteMatch(b *testing.B) {
-	rt, err := newRouter(mustRoutes(b, ordersRoutes), "Fencing-Token", NewMetrics())
+	rt, err := newRouter(mustRoutes(b, ordersRoutes), "Fencing-Token", "Fencing-Sequence", NewMetrics())
 	if err != nil {
 		b.Fatal(err)
 	}

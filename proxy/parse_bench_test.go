@@ -38,6 +38,18 @@ func TestParseTokenAllocs(t *testing.T) {
 	}
 }
 
+// The sequence shares the token's parser and its allocation count.
+func TestParseSequenceAllocs(t *testing.T) {
+	for _, values := range [][]string{{"1844674407370955161"}, {" 42\t"}, nil, {"1", "2"}, {"1,2"}, {" "}, {"-1"}, {"007"}, {"18446744073709551616"}} {
+		allocs := testing.AllocsPerRun(100, func() {
+			_, _ = ParseSequence(values)
+		})
+		if allocs != 0 {
+			t.Errorf("ParseSequence(%q) allocates %v times, want 0", values, allocs)
+		}
+	}
+}
+
 func TestCanonicalPathAllocs(t *testing.T) {
 	tests := []struct {
 		name   string

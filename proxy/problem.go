@@ -14,10 +14,15 @@ const (
 	TypeTokenMalformed   = "urn:fenceproxy:token-malformed"
 	TypeBadRequest       = "urn:fenceproxy:bad-request"
 	TypeStoreUnavailable = "urn:fenceproxy:store-unavailable"
+	// The answers of a route with a sequence (the route key sequence).
+	TypeStaleSequence     = "urn:fenceproxy:stale-sequence"
+	TypeSequenceRequired  = "urn:fenceproxy:sequence-required"
+	TypeSequenceMalformed = "urn:fenceproxy:sequence-malformed"
 )
 
-// problem is one RFC 9457 answer. Token and mark are decimal strings because
-// JSON numbers lose precision past 2^53.
+// problem is one RFC 9457 answer. Token, sequence and marks are decimal
+// strings because JSON numbers lose precision past 2^53; an empty one is
+// left out (not known for this answer).
 type problem struct {
 	Type          string `json:"type"`
 	Title         string `json:"title"`
@@ -27,6 +32,10 @@ type problem struct {
 	Resource      string `json:"resource,omitempty"`
 	Token         string `json:"token,omitempty"`
 	HighWaterMark string `json:"highWaterMark,omitempty"`
+	// Sequence is the request's sequence; HighWaterSequence the mark's (the
+	// greatest sequence admitted with token HighWaterMark).
+	Sequence          string `json:"sequence,omitempty"`
+	HighWaterSequence string `json:"highWaterSequence,omitempty"`
 }
 
 // retryAfterSeconds is sent with 503: long enough for a restarted Redis or a
@@ -53,3 +62,11 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 }
 
 func formatUint(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// formatIf is formatUint(v) when ok, else "" (a member left out).
+func formatIf(v uint64, ok bool) string {
+	if !ok {
+		return ""
+	}
+	return formatUint(v)
+}

@@ -18,7 +18,7 @@ import (
 // received is what the recording upstream saw of one request.
 type received struct {
 	Method, Path, RawPath, Query, Host string
-	Tokens                             []string
+	Tokens, Sequences                  []string // every line of Fencing-Token, Fencing-Sequence
 	Body                               string
 }
 
@@ -52,7 +52,7 @@ func newUpstream(t *testing.T) *upstream {
 		u.mu.Lock()
 		u.reqs = append(u.reqs, received{
 			Method: r.Method, Path: r.URL.Path, RawPath: r.URL.RawPath, Query: r.URL.RawQuery, Host: r.Host,
-			Tokens: r.Header.Values("Fencing-Token"), Body: string(body),
+			Tokens: r.Header.Values("Fencing-Token"), Sequences: r.Header.Values("Fencing-Sequence"), Body: string(body),
 		})
 		u.mu.Unlock()
 		w.Header().Set("X-Upstream", "yes")

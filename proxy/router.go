@@ -22,12 +22,17 @@ type route struct {
 	compare       fencestore.Compare
 	resource      config.Template
 	tokenOptional bool
+	// sequence says whether the route's requests carry a sequence (read from
+	// the sequence header) that orders the requests of one token.
+	sequence config.Sequence
 	// uints are the path parameters typed {name:uint}.
 	uints []string
-	// connHeaders are the headers this route's admission depends on (the token
-	// and template headers). A request whose Connection header names one of
-	// them is refused: the hop-by-hop stripping would remove it on the way to
-	// the upstream, which would then not see what was fenced.
+	// connHeaders are the headers this route's admission depends on: the
+	// token header first, then the sequence header when the route has a
+	// sequence, then the template's headers. A request whose Connection
+	// header names one of them is refused: the hop-by-hop stripping would
+	// remove it on the way to the upstream, which would then not see what was
+	// fenced.
 	connHeaders []string
 	metrics     *routeMetrics
 	forward     *httputil.ReverseProxy
@@ -59,14 +64,14 @@ type router struct {
 // CheckRoutes builds the route table once and reports what chi refuses, with
 // the route named, so `fenceproxy check` catches every start-time error.
 func CheckRoutes(rs config.Routes) error {
-	_, err := newRouter(rs, "", NewMetrics())
+	_, err := newRouter(rs, "", "", NewMetrics())
 	return err
 }
 
 // newRouter builds the route table. It fails with an error naming the route
 // when chi refuses a pattern (chi panics on some malformed patterns; that
 // panic is turned into the error here, at start, never at request time).
-func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*router, error) {
+func newRouter(rs config.Routes, tokenHeader, sequenceHeader string, m *Metrics) (*router, error) {
 	rt := &router{
 		exact: make(map[string]*chi.Mux),
 		byKey: make(map[routeKey]*route),
@@ -75,7 +80,7 @@ func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*router, error
 	noop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	for i := range rs.Routes {
 		cr := &rs.Routes[i]
-		r := newRoute(cr, tokenHeader, m)
+		r := newRoute(cr, tokenHeader, sequenceHeader, m)
 		pattern := matchPattern(cr.Pattern)
 		trees := &rt.exact
 		if cr.CaseInsensitive {
@@ -100,7 +105,7 @@ func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*router, error
 	if def.Name == "" {
 		def.Name = "default"
 	}
-	rt.fallback = newRoute(&def, tokenHeader, m)
+	rt.fallback = newRoute(&def, tokenHeader, sequenceHeader, m)
 	rt.fallback.methods = make(map[string]bool, len(def.Methods))
 	for _, method := range def.Methods {
 		rt.fallback.methods[method] = true
@@ -108,25 +113,31 @@ func newRouter(rs config.Routes, tokenHeader string, m *Metrics) (*router, error
 	return rt, nil
 }
 
-func newRoute(cr *config.Route, tokenHeader string, m *Metrics) *route {
+func newRoute(cr *config.Route, tokenHeader, sequenceHeader string, m *Metrics) *route {
 	r := &route{
 		name:          cr.Name,
 		fence:         cr.Fence,
 		resource:      cr.Resource,
 		tokenOptional: cr.TokenOptional,
 		uints:         cr.UintParams,
+		sequence:      cr.Sequence,
 		compare:       fencestore.AtLeast,
 		metrics:       m.forRoute(cr.Name),
 	}
 	if cr.Compare == config.CompareGreater {
 		r.compare = fencestore.Greater
 	}
-	if r.fence {
-		r.connHeaders = append(r.connHeaders, tokenHeader)
-		for _, p := range cr.Resource.Parts {
-			if p.Kind == config.PartHeader {
-				r.connHeaders = append(r.connHeaders, p.Value)
-			}
+	if !r.fence {
+		r.sequence = config.SequenceOff // config sets none; a table built by hand might
+		return r
+	}
+	r.connHeaders = append(r.connHeaders, tokenHeader)
+	if r.sequence != config.SequenceOff {
+		r.connHeaders = append(r.connHeaders, sequenceHeader)
+	}
+	for _, p := range cr.Resource.Parts {
+		if p.Kind == config.PartHeader {
+			r.connHeaders = append(r.connHeaders, p.Value)
 		}
 	}
 	return r

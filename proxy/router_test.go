@@ -45,7 +45,7 @@ routes:
     path: /carts/{id}
     resource: carts/{id}
 `)
-	rt, err := newRouter(rs, "Fencing-Token", NewMetrics())
+	rt, err := newRouter(rs, "Fencing-Token", "Fencing-Sequence", NewMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestRouteMatchDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items on purpose under -race; run without -race (make test runs both)")
 	}
-	rt, err := newRouter(mustRoutes(t, ordersRoutes), "Fencing-Token", NewMetrics())
+	rt, err := newRouter(mustRoutes(t, ordersRoutes), "Fencing-Token", "Fencing-Sequence", NewMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,9 +121,13 @@ func TestFenceAddsNoAllocations(t *testing.T) {
 	}
 	tests := []struct {
 		name, routes, path, route string
+		sequence                  bool // send a Fencing-Sequence
 	}{
-		{"path parameter", ordersRoutes, "/orders/42", "order-writes"},
-		{"Host header", "routes:\n  - name: by-host\n    path: /h/{id}\n    resource: \"h/{header:Host}/{id}\"\n", "/h/7", "by-host"},
+		{"path parameter", ordersRoutes, "/orders/42", "order-writes", false},
+		{"Host header", "routes:\n  - name: by-host\n    path: /h/{id}\n    resource: \"h/{header:Host}/{id}\"\n", "/h/7", "by-host", false},
+		// One token, a growing sequence: each request is admitted by the pair.
+		{"sequence required", "routes:\n  - name: seq\n    path: /s/{id}\n    resource: s/{id}\n    sequence: required\n", "/s/7", "seq", true},
+		{"sequence optional", "routes:\n  - name: seq\n    path: /s/{id}\n    resource: s/{id}\n    sequence: optional\n", "/s/7", "seq", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,7 +146,12 @@ func TestFenceAddsNoAllocations(t *testing.T) {
 			request := func() (*http.Request, *httptest.ResponseRecorder) {
 				token++
 				r := httptest.NewRequest("PUT", tc.path, nil)
-				r.Header["Fencing-Token"] = []string{string(strconv.AppendUint(tokenBuf[:0], token, 10))}
+				if tc.sequence { // the token stays, the sequence grows
+					r.Header["Fencing-Token"] = []string{"7"}
+					r.Header["Fencing-Sequence"] = []string{string(strconv.AppendUint(tokenBuf[:0], token, 10))}
+				} else {
+					r.Header["Fencing-Token"] = []string{string(strconv.AppendUint(tokenBuf[:0], token, 10))}
+				}
 				return r, httptest.NewRecorder()
 			}
 			whole := func() {

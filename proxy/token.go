@@ -23,17 +23,58 @@ type TokenError struct {
 
 func (e *TokenError) Error() string { return "malformed token: " + e.Reason }
 
+// fault is what parseDecimalField found wrong with a header's values: the
+// rule it breaks. ParseToken and ParseSequence share the parser and the
+// reasons; each maps a fault to its own error.
+type fault uint8
+
+const (
+	faultNone fault = iota
+	faultAbsent
+	faultRepeated
+	faultList
+	faultEmpty
+	faultNotDecimal
+	faultLeadingZero
+	faultTooLong
+	faultOutOfRange
+	numFaults
+)
+
+// faultReasons are the Reason texts, the same for the token and the sequence.
+var faultReasons = [numFaults]string{
+	faultRepeated:    "repeated header",
+	faultList:        "comma-separated list",
+	faultEmpty:       "empty",
+	faultNotDecimal:  "not a decimal number",
+	faultLeadingZero: "leading zero",
+	faultTooLong:     "too long",
+	faultOutOfRange:  "out of range",
+}
+
 // One value per reason: the parse path must not allocate, and tests tell the
 // reasons apart by identity.
 var (
-	errTokenRepeated    = &TokenError{Reason: "repeated header"}
-	errTokenList        = &TokenError{Reason: "comma-separated list"}
-	errTokenEmpty       = &TokenError{Reason: "empty"}
-	errTokenNotDecimal  = &TokenError{Reason: "not a decimal number"}
-	errTokenLeadingZero = &TokenError{Reason: "leading zero"}
-	errTokenTooLong     = &TokenError{Reason: "too long"}
-	errTokenOutOfRange  = &TokenError{Reason: "out of range"}
+	errTokenRepeated    = &TokenError{Reason: faultReasons[faultRepeated]}
+	errTokenList        = &TokenError{Reason: faultReasons[faultList]}
+	errTokenEmpty       = &TokenError{Reason: faultReasons[faultEmpty]}
+	errTokenNotDecimal  = &TokenError{Reason: faultReasons[faultNotDecimal]}
+	errTokenLeadingZero = &TokenError{Reason: faultReasons[faultLeadingZero]}
+	errTokenTooLong     = &TokenError{Reason: faultReasons[faultTooLong]}
+	errTokenOutOfRange  = &TokenError{Reason: faultReasons[faultOutOfRange]}
 )
+
+// tokenErrors is ParseToken's error for each fault.
+var tokenErrors = [numFaults]error{
+	faultAbsent:      ErrTokenAbsent,
+	faultRepeated:    errTokenRepeated,
+	faultList:        errTokenList,
+	faultEmpty:       errTokenEmpty,
+	faultNotDecimal:  errTokenNotDecimal,
+	faultLeadingZero: errTokenLeadingZero,
+	faultTooLong:     errTokenTooLong,
+	faultOutOfRange:  errTokenOutOfRange,
+}
 
 // tokenMaxDecimal is math.MaxUint64 spelled in decimal. Two canonical decimal
 // strings of equal length compare as numbers when compared as strings, so a
@@ -58,43 +99,54 @@ const tokenMaxDecimal = "18446744073709551615"
 // *TokenError for anything but one canonical number. It allocates nothing,
 // on success or on failure.
 func ParseToken(values []string) (uint64, error) {
+	v, f := parseDecimalField(values)
+	if f != faultNone {
+		return 0, tokenErrors[f]
+	}
+	return v, nil
+}
+
+// parseDecimalField is the parser of ParseToken and ParseSequence: the one
+// canonical decimal uint64 that values (all lines of one header) must hold,
+// or the first rule they break. It allocates nothing.
+func parseDecimalField(values []string) (uint64, fault) {
 	switch len(values) {
 	case 0:
-		return 0, ErrTokenAbsent
+		return 0, faultAbsent
 	case 1:
 	default:
-		return 0, errTokenRepeated
+		return 0, faultRepeated
 	}
 	s := values[0]
 	// A comma is looked for before trimming and before the digits, so that a
 	// list is named as such ("7, 8" is a list, not a bad number).
 	if strings.IndexByte(s, ',') >= 0 {
-		return 0, errTokenList
+		return 0, faultList
 	}
 	s = trimTokenOWS(s)
 	if s == "" {
-		return 0, errTokenEmpty
+		return 0, faultEmpty
 	}
 	// Byte-wise, so non-ASCII digits such as "١٢" are refused: only ASCII
-	// '0'-'9' spell a token. v may wrap here for a long input; it is only
+	// '0'-'9' spell a number. v may wrap here for a long input; it is only
 	// returned once the length and range checks below have passed.
 	var v uint64
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < '0' || c > '9' {
-			return 0, errTokenNotDecimal
+			return 0, faultNotDecimal
 		}
 		v = v*10 + uint64(c-'0')
 	}
 	switch {
 	case len(s) > 1 && s[0] == '0':
-		return 0, errTokenLeadingZero
+		return 0, faultLeadingZero
 	case len(s) > len(tokenMaxDecimal):
-		return 0, errTokenTooLong
+		return 0, faultTooLong
 	case len(s) == len(tokenMaxDecimal) && s > tokenMaxDecimal:
-		return 0, errTokenOutOfRange
+		return 0, faultOutOfRange
 	}
-	return v, nil
+	return v, faultNone
 }
 
 // trimTokenOWS trims HTTP optional whitespace (RFC 9110: SP and HTAB, nothing

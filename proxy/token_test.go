@@ -135,6 +135,52 @@ func TestTokenErrorReasonsDistinct(t *testing.T) {
 	}
 }
 
+// ParseSequence follows the token's rules exactly (one parser): for every
+// input of TestParseToken's kinds it returns the same value, and an error of
+// its own type with the same reason, or ErrSequenceAbsent where the token's
+// is ErrTokenAbsent.
+func TestParseSequence(t *testing.T) {
+	for _, values := range [][]string{
+		nil, {}, {"0"}, {"7"}, {" 42\t"}, {"18446744073709551615"}, {"9007199254740993"},
+		{"1", "1"}, {"1", ""}, {"7, 8"}, {","}, {""}, {" "}, {"+7"}, {"-1"}, {"7.0"}, {"١٢"}, {"5\r"},
+		{"07"}, {"00"}, {"100000000000000000000"}, {"18446744073709551616"}, {"99999999999999999999"},
+	} {
+		seq, serr := ParseSequence(values)
+		tok, terr := ParseToken(values)
+		if seq != tok {
+			t.Errorf("%q: ParseSequence = %d, ParseToken = %d", values, seq, tok)
+		}
+		var te *TokenError
+		var se *SequenceError
+		switch {
+		case terr == nil:
+			if serr != nil {
+				t.Errorf("%q: ParseSequence error %v, ParseToken none", values, serr)
+			}
+		case terr == ErrTokenAbsent:
+			if serr != ErrSequenceAbsent {
+				t.Errorf("%q: ParseSequence error %v, want ErrSequenceAbsent", values, serr)
+			}
+		case !errors.As(terr, &te) || !errors.As(serr, &se) || errors.As(serr, &te):
+			t.Errorf("%q: errors %T %v and %T %v, want a *TokenError and a *SequenceError (and not a *TokenError)", values, terr, terr, serr, serr)
+		case se.Reason != te.Reason:
+			t.Errorf("%q: sequence reason %q, token reason %q", values, se.Reason, te.Reason)
+		case serr.Error() != "malformed sequence: "+te.Reason:
+			t.Errorf("%q: Error() = %q", values, serr.Error())
+		}
+	}
+	// One shared value per reason, like the token's.
+	_, e1 := ParseSequence([]string{"07"})
+	_, e2 := ParseSequence([]string{"007"})
+	if e1 != e2 {
+		t.Error("ParseSequence allocates a new error per refusal")
+	}
+	if errors.Is(ErrSequenceAbsent, ErrTokenAbsent) || errSequenceHopByHop.Reason == errTokenHopByHop.Reason ||
+		!strings.Contains(errSequenceHopByHop.Error(), "sequence header") {
+		t.Errorf("the sequence's errors must say sequence: %v, %v", ErrSequenceAbsent, errSequenceHopByHop)
+	}
+}
+
 // FuzzParseToken maps (a, b, n) to n%3 header lines: none, [a], or [a, b].
 func FuzzParseToken(f *testing.F) {
 	for _, s := range []string{
@@ -158,6 +204,19 @@ func FuzzParseToken(f *testing.F) {
 		}
 
 		v, err := ParseToken(values)
+
+		// The sequence is parsed by the same rules: same value, same reason.
+		sv, serr := ParseSequence(values)
+		var se *SequenceError
+		var tre *TokenError
+		switch {
+		case sv != v:
+			t.Fatalf("ParseSequence(%q) = %d, ParseToken = %d", values, sv, v)
+		case (err == nil) != (serr == nil), (err == ErrTokenAbsent) != (serr == ErrSequenceAbsent):
+			t.Fatalf("ParseSequence(%q) error %v, ParseToken error %v", values, serr, err)
+		case errors.As(err, &tre) && (!errors.As(serr, &se) || se.Reason != tre.Reason):
+			t.Fatalf("ParseSequence(%q) error %v, ParseToken error %v", values, serr, err)
+		}
 
 		if err != nil {
 			var te *TokenError

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -77,19 +78,30 @@ func printRoutes(w io.Writer, cfg *config.Config) {
 	} else {
 		fmt.Fprintf(w, "routes from %s (chi's order: static beats {param} beats wildcard):\n", cfg.RoutesFile)
 	}
+	// The SEQUENCE column appears once a rule orders by sequence, so the
+	// table of a file without one reads as it always has.
+	hasSequence := func(r config.Route) bool { return r.Sequence != config.SequenceOff }
+	sequences := hasSequence(cfg.Routes.Default) || slices.ContainsFunc(cfg.Routes.Routes, hasSequence)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAME\tMETHODS\tPATH\tRESOURCE\tCOMPARE\tTOKEN\tFENCE")
+	if sequences {
+		fmt.Fprintln(tw, "  NAME\tMETHODS\tPATH\tRESOURCE\tCOMPARE\tTOKEN\tSEQUENCE\tFENCE")
+	} else {
+		fmt.Fprintln(tw, "  NAME\tMETHODS\tPATH\tRESOURCE\tCOMPARE\tTOKEN\tFENCE")
+	}
 	row := func(r config.Route, path string) {
 		methods := strings.Join(r.Methods, ",")
 		if methods == "" {
 			methods = "-"
 		}
-		resource, compare, token, fence := "-", "-", "-", "off"
+		resource, compare, token, sequence, fence := "-", "-", "-", "-", "off"
 		if r.Fence {
-			resource, compare, token, fence = r.Resource.Raw, string(r.Compare), "required", "on"
+			resource, compare, token, sequence, fence = r.Resource.Raw, string(r.Compare), "required", r.Sequence.String(), "on"
 			if r.TokenOptional {
 				token = "optional"
 			}
+		}
+		if sequences {
+			token += "\t" + sequence
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, methods, path, resource, compare, token, fence)
 	}
