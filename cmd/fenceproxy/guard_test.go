@@ -38,7 +38,9 @@ func TestGuardedStore(t *testing.T) {
 	if _, ok, _ := inner.Mark(ctx, "r"); ok {
 		t.Fatal("a refused admission reached the store")
 	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = g.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast}) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() {
+		_, _ = g.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast})
+	}); n != 0 {
 		t.Fatalf("a refusal allocates %v times", n)
 	}
 
@@ -49,8 +51,12 @@ func TestGuardedStore(t *testing.T) {
 	if err := g.ready(ctx); err != nil {
 		t.Fatalf("ready when safe = %v", err)
 	}
-	through := testing.AllocsPerRun(100, func() { _, _ = g.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast}) })
-	direct := testing.AllocsPerRun(100, func() { _, _ = inner.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast}) })
+	through := testing.AllocsPerRun(100, func() {
+		_, _ = g.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast})
+	})
+	direct := testing.AllocsPerRun(100, func() {
+		_, _ = inner.Admit(ctx, fencestore.Admission{Resource: "r", Token: 7, Compare: fencestore.AtLeast})
+	})
 	if through != direct {
 		t.Fatalf("the guard adds allocations: %v through it, %v without", through, direct)
 	}
