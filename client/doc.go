@@ -18,13 +18,23 @@
 //     caller set is replaced. A request whose context has no token is not sent
 //     at all (ErrNoToken) unless Transport.Optional says so, so a forgotten
 //     WithToken fails in the caller, not as a 428 from the proxy.
+//   - On a route that fenceproxy orders by a sequence as well, a context with
+//     a Sequence (WithSequence) numbers each request: Transport sends exactly
+//     one sequence header, with a fresh number drawn from it for every
+//     request it sends (retries and redirects included), greater than every
+//     number drawn before; WithSequenceNumber sends one fixed number instead.
+//     A sequence is never sent without a token: such a request is not sent
+//     (ErrNoToken). Numbers drawn concurrently are distinct but may arrive
+//     out of order, and those that arrive late are refused
+//     (ErrStaleSequence).
 //   - The caller's *http.Request is never modified.
 //   - Only fenceproxy's own answers become errors: an application/problem+json
 //     response whose type starts with "urn:fenceproxy:". The upstream
 //     application's 409s, 503s and problem answers of its own pass through
 //     untouched, so they are never mistaken for the proxy's.
-//   - Tokens and marks are parsed exactly over the whole uint64 range (they are
-//     decimal strings on the wire; no floating point is involved).
+//   - Tokens, sequences and marks are parsed exactly over the whole uint64
+//     range (they are decimal strings on the wire; no floating point is
+//     involved).
 //
 // The package imports nothing but the standard library, and nothing of the
 // proxy, so depending on it does not pull the proxy into a program. A lease

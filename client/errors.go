@@ -26,8 +26,30 @@ var (
 	// recorded the token: a retry with the same token is admitted under the
 	// ">=" compare and refused as stale under ">".
 	ErrStoreUnavailable = errors.New("fenceproxy: fence store unavailable")
+	// ErrStaleSequence: on a route ordered by a sequence, the token equals the
+	// resource's mark and the sequence is not above the mark's (409,
+	// urn:fenceproxy:stale-sequence); ProblemError.Sequence and
+	// HighWaterSequence say which. The lease is still this holder's: a request
+	// of the same token with a greater sequence was admitted first (one sent
+	// concurrently, or a later one), or this very request was admitted before
+	// and is a retry. It is not ErrStaleToken; do not stop because of it, and
+	// do not re-send the request with a new number without knowing it did not
+	// already apply.
+	ErrStaleSequence = errors.New("fenceproxy: stale fencing sequence")
+	// ErrSequenceRequired: the route is ordered by a sequence and the request
+	// carried a token but no sequence (428, urn:fenceproxy:sequence-required):
+	// its context had no WithSequence, or the header name the proxy expects
+	// differs from Transport.SequenceHeader.
+	ErrSequenceRequired = errors.New("fenceproxy: fencing sequence required")
+	// ErrSequenceMalformed: the sequence header was not one canonical decimal
+	// uint64 (400, urn:fenceproxy:sequence-malformed).
+	ErrSequenceMalformed = errors.New("fenceproxy: malformed fencing sequence")
 	// ErrNoToken: Transport was asked to send a request whose context carries
-	// no token (see WithToken) and Transport.Optional is false. Nothing was
-	// sent.
+	// no token (see WithToken) and Transport.Optional is false, or that carries
+	// a sequence (see WithSequence) but no token. Nothing was sent.
 	ErrNoToken = errors.New("client: request context carries no fencing token")
+	// ErrSequenceExhausted: the Sequence has given its last number,
+	// math.MaxUint64 (see Sequence.Next); Transport returns it without
+	// sending the request.
+	ErrSequenceExhausted = errors.New("client: fencing sequence exhausted")
 )

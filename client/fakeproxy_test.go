@@ -11,17 +11,19 @@ import (
 	"testing"
 )
 
-// wireProblem is a refusal as fenceproxy writes it (proxy/problem.go): token
-// and mark are decimal strings.
+// wireProblem is a refusal as fenceproxy writes it (proxy/problem.go): token,
+// sequence and marks are decimal strings.
 type wireProblem struct {
-	Type          string `json:"type"`
-	Title         string `json:"title"`
-	Status        int    `json:"status"`
-	Detail        string `json:"detail"`
-	Route         string `json:"route,omitempty"`
-	Resource      string `json:"resource,omitempty"`
-	Token         string `json:"token,omitempty"`
-	HighWaterMark string `json:"highWaterMark,omitempty"`
+	Type              string `json:"type"`
+	Title             string `json:"title"`
+	Status            int    `json:"status"`
+	Detail            string `json:"detail"`
+	Route             string `json:"route,omitempty"`
+	Resource          string `json:"resource,omitempty"`
+	Token             string `json:"token,omitempty"`
+	HighWaterMark     string `json:"highWaterMark,omitempty"`
+	Sequence          string `json:"sequence,omitempty"`
+	HighWaterSequence string `json:"highWaterSequence,omitempty"`
 }
 
 // writeProblem answers as fenceproxy's writeProblem does: the same headers,
@@ -113,3 +115,76 @@ func (c *closeTracker) isClosed() bool {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// fence is a stand-in for fenceproxy on one resource whose route has
+// "sequence: required": it admits a request (t, s) iff there is no mark, or
+// t > the mark's token, or t = the mark's token and s > the mark's sequence,
+// and answers as the proxy does. It checks headers only as far as these tests
+// need; the proxy's own parser is tested in the proxy.
+type fence struct {
+	mu             sync.Mutex
+	marked         bool
+	token, seq     uint64
+	admitted       []string // "token/sequence" of each admitted request, in order
+	refusedStale   int      // stale-token and stale-sequence answers
+	refusedMissing int      // sequence-required answers
+}
+
+func (f *fence) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	tv, sv := r.Header.Values("Fencing-Token"), r.Header.Values("Fencing-Sequence")
+	if len(tv) != 1 || len(sv) > 1 {
+		writeProblem(w, wireProblem{Type: "urn:fenceproxy:token-malformed", Title: "Malformed", Status: 400})
+		return
+	}
+	t, err := strconv.ParseUint(tv[0], 10, 64)
+	if err != nil {
+		writeProblem(w, wireProblem{Type: "urn:fenceproxy:token-malformed", Title: "Malformed", Status: 400})
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(sv) == 0 {
+		f.refusedMissing++
+		writeProblem(w, wireProblem{Type: "urn:fenceproxy:sequence-required", Title: "Fencing sequence required", Status: 428, Token: tv[0]})
+		return
+	}
+	s, err := strconv.ParseUint(sv[0], 10, 64)
+	if err != nil {
+		writeProblem(w, wireProblem{Type: "urn:fenceproxy:sequence-malformed", Title: "Malformed fencing sequence", Status: 400, Token: tv[0]})
+		return
+	}
+	if f.marked && (t < f.token || t == f.token && s <= f.seq) {
+		f.refusedStale++
+		p := wireProblem{
+			Type: "urn:fenceproxy:stale-token", Title: "Stale fencing token", Status: 409, Resource: "default",
+			Token: tv[0], HighWaterMark: strconv.FormatUint(f.token, 10),
+			Sequence: sv[0], HighWaterSequence: strconv.FormatUint(f.seq, 10),
+		}
+		if t == f.token {
+			p.Type, p.Title = "urn:fenceproxy:stale-sequence", "Stale fencing sequence"
+		}
+		writeProblem(w, p)
+		return
+	}
+	f.marked, f.token, f.seq = true, t, s
+	f.admitted = append(f.admitted, tv[0]+"/"+sv[0])
+	_, _ = io.WriteString(w, "admitted "+tv[0]+"/"+sv[0])
+}
+
+// newFence starts a fence behind an httptest server, closed when the test
+// ends.
+func newFence(t *testing.T) (*fence, *httptest.Server) {
+	t.Helper()
+	f := &fence{}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return f, srv
+}
+
+// log returns the admitted requests so far, as "token/sequence".
+func (f *fence) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.admitted...)
+}

@@ -22,6 +22,10 @@ const (
 	typeTokenMalformed   = typePrefix + "token-malformed"
 	typeBadRequest       = typePrefix + "bad-request"
 	typeStoreUnavailable = typePrefix + "store-unavailable"
+
+	typeStaleSequence     = typePrefix + "stale-sequence"
+	typeSequenceRequired  = typePrefix + "sequence-required"
+	typeSequenceMalformed = typePrefix + "sequence-malformed"
 )
 
 // maxProblemBytes bounds how much of a problem+json body is read to decide
@@ -32,7 +36,7 @@ const maxProblemBytes = 64 << 10
 // ProblemError is a refusal by fenceproxy: an application/problem+json answer
 // (RFC 9457) whose type starts with "urn:fenceproxy:". The upstream received
 // nothing of the request. errors.Is matches it against the sentinel of its type
-// (ErrStaleToken, ErrTokenRequired, ...); a type this package does not know (a
+// (ErrStaleToken, ErrStaleSequence, ErrTokenRequired, ...); a type this package does not know (a
 // newer proxy's) matches none but is still a ProblemError.
 type ProblemError struct {
 	// Status is the HTTP status code of the answer.
@@ -54,6 +58,18 @@ type ProblemError struct {
 	// HasMark reports whether the answer carried a high-water mark. Without
 	// it HighWaterMark is 0, which is also a valid mark.
 	HasMark bool
+	// Sequence is the sequence the proxy read from the request, or 0 when the
+	// answer names none. A number drawn from a Sequence is never 0, so this
+	// is how a caller learns which number a refused request was sent with.
+	Sequence uint64
+	// HighWaterSequence is the mark's sequence when HasHighWaterSequence is
+	// true: the greatest sequence admitted with token HighWaterMark. A
+	// stale-sequence answer always carries it; a stale-token answer carries
+	// it when the mark has one.
+	HighWaterSequence uint64
+	// HasHighWaterSequence reports whether the answer carried a high-water
+	// sequence; without it HighWaterSequence is 0, also a valid sequence.
+	HasHighWaterSequence bool
 	// RetryAfter is the answer's Retry-After delay (a 503 from an unavailable
 	// store carries one), or 0 when it has none.
 	RetryAfter time.Duration
@@ -99,6 +115,12 @@ func (e *ProblemError) Is(target error) bool {
 		return target == ErrBadRequest
 	case typeStoreUnavailable:
 		return target == ErrStoreUnavailable
+	case typeStaleSequence:
+		return target == ErrStaleSequence
+	case typeSequenceRequired:
+		return target == ErrSequenceRequired
+	case typeSequenceMalformed:
+		return target == ErrSequenceMalformed
 	}
 	return false
 }
@@ -173,6 +195,8 @@ func parseProblem(body []byte) (pe *ProblemError, ok bool) {
 	pe.Resource, _ = jsonString(m["resource"])
 	pe.Token, _ = jsonUint(m["token"])
 	pe.HighWaterMark, pe.HasMark = jsonUint(m["highWaterMark"])
+	pe.Sequence, _ = jsonUint(m["sequence"])
+	pe.HighWaterSequence, pe.HasHighWaterSequence = jsonUint(m["highWaterSequence"])
 	return pe, true
 }
 

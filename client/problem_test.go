@@ -17,6 +17,8 @@ import (
 var sentinels = []error{
 	client.ErrStaleToken, client.ErrTokenRequired, client.ErrTokenMalformed,
 	client.ErrBadRequest, client.ErrStoreUnavailable, client.ErrNoToken,
+	client.ErrStaleSequence, client.ErrSequenceRequired, client.ErrSequenceMalformed,
+	client.ErrSequenceExhausted,
 }
 
 // Each refusal of the contract's table becomes its sentinel, with every field
@@ -84,6 +86,76 @@ func TestTransportProblems(t *testing.T) {
 			},
 			want: client.ProblemError{Status: 503, Type: "urn:fenceproxy:store-unavailable", Title: "Fence store unavailable", Detail: "timeout", Resource: "default", Token: 42, RetryAfter: time.Second},
 			is:   client.ErrStoreUnavailable,
+		},
+		{
+			name: "stale sequence, members at the top of uint64",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, wireProblem{
+					Type: "urn:fenceproxy:stale-sequence", Title: "Stale fencing sequence", Status: 409,
+					Detail: "d", Route: "order-writes", Resource: "orders/42",
+					Token: "18446744073709551615", HighWaterMark: "18446744073709551615",
+					Sequence: "18446744073709551614", HighWaterSequence: "18446744073709551615",
+				})
+			},
+			want: client.ProblemError{
+				Status: 409, Type: "urn:fenceproxy:stale-sequence", Title: "Stale fencing sequence",
+				Detail: "d", Route: "order-writes", Resource: "orders/42",
+				Token: 18446744073709551615, HighWaterMark: 18446744073709551615, HasMark: true,
+				Sequence: 18446744073709551614, HighWaterSequence: 18446744073709551615, HasHighWaterSequence: true,
+			},
+			is: client.ErrStaleSequence,
+		},
+		{
+			name: "stale sequence, high-water sequence zero is one",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, wireProblem{Type: "urn:fenceproxy:stale-sequence", Status: 409, Token: "5", HighWaterMark: "5", Sequence: "0", HighWaterSequence: "0"})
+			},
+			want: client.ProblemError{Status: 409, Type: "urn:fenceproxy:stale-sequence", Token: 5, HighWaterMark: 5, HasMark: true, HasHighWaterSequence: true},
+			is:   client.ErrStaleSequence,
+		},
+		{
+			name: "stale token with a sequence, the mark without one",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, wireProblem{Type: "urn:fenceproxy:stale-token", Status: 409, Token: "4", HighWaterMark: "5", Sequence: "9"})
+			},
+			want: client.ProblemError{Status: 409, Type: "urn:fenceproxy:stale-token", Token: 4, HighWaterMark: 5, HasMark: true, Sequence: 9},
+			is:   client.ErrStaleToken,
+		},
+		{
+			name: "sequence required",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, wireProblem{Type: "urn:fenceproxy:sequence-required", Title: "Fencing sequence required", Status: 428, Detail: "send it", Route: "r", Token: "42"})
+			},
+			want: client.ProblemError{Status: 428, Type: "urn:fenceproxy:sequence-required", Title: "Fencing sequence required", Detail: "send it", Route: "r", Token: 42},
+			is:   client.ErrSequenceRequired,
+		},
+		{
+			name: "sequence malformed",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, wireProblem{Type: "urn:fenceproxy:sequence-malformed", Title: "Malformed fencing sequence", Status: 400, Detail: "Fencing-Sequence: leading zero", Token: "42"})
+			},
+			want: client.ProblemError{Status: 400, Type: "urn:fenceproxy:sequence-malformed", Title: "Malformed fencing sequence", Detail: "Fencing-Sequence: leading zero", Token: 42},
+			is:   client.ErrSequenceMalformed,
+		},
+		{
+			name: "sequences as bare JSON integers, or padded strings, are read from their text",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(409)
+				_, _ = io.WriteString(w, `{"type":"urn:fenceproxy:stale-sequence","sequence":18446744073709551614,"highWaterSequence":" 18446744073709551615 "}`)
+			},
+			want: client.ProblemError{Status: 409, Type: "urn:fenceproxy:stale-sequence", Sequence: 18446744073709551614, HighWaterSequence: 18446744073709551615, HasHighWaterSequence: true},
+			is:   client.ErrStaleSequence,
+		},
+		{
+			name: "unreadable sequences are none, the refusal stands",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(409)
+				_, _ = io.WriteString(w, `{"type":"urn:fenceproxy:stale-sequence","sequence":"-1","highWaterSequence":"18446744073709551616"}`)
+			},
+			want: client.ProblemError{Status: 409, Type: "urn:fenceproxy:stale-sequence"},
+			is:   client.ErrStaleSequence,
 		},
 		{
 			name: "a type this client does not know is still a refusal",

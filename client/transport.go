@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,11 +11,26 @@ import (
 // names another.
 const DefaultHeader = "Fencing-Token"
 
+// DefaultSequenceHeader is the sequence header fenceproxy reads unless
+// FENCE_SEQUENCE_HEADER names another.
+const DefaultSequenceHeader = "Fencing-Sequence"
+
 // Transport is an http.RoundTripper that sends each request with the fencing
-// token of its context (see WithToken) and turns fenceproxy's refusals into
-// errors. The zero value is ready to use: it sends through
-// http.DefaultTransport with the header Fencing-Token and refuses to send a
-// request whose context has no token.
+// token of its context (see WithToken), and the sequence when the context has
+// one (see WithSequence), and turns fenceproxy's refusals into errors. The zero
+// value is ready to use: it sends through http.DefaultTransport with the
+// headers Fencing-Token and Fencing-Sequence and refuses to send a request
+// whose context has no token.
+//
+// A request whose context carries a Sequence is sent with a number drawn from
+// it when RoundTrip is called: every call draws a fresh one. http.Client calls
+// RoundTrip once for each request it sends, so a redirect that re-sends the
+// request, or a caller sending the same *http.Request again, gets a new,
+// greater number, and the proxy admits it after the first was admitted (to
+// send one number however often the request is sent, use
+// WithSequenceNumber). Requests sent concurrently draw distinct numbers, but
+// may reach the proxy in another order than they were drawn; those that arrive
+// after a greater number of the same token are refused (ErrStaleSequence).
 //
 // Unlike the usual RoundTripper, Transport interprets responses: a refusal by
 // fenceproxy (see CheckResponse) is returned as a *ProblemError and no
@@ -40,47 +56,71 @@ type Transport struct {
 	// ("Fencing-Token") is used.
 	Header string
 
+	// SequenceHeader is the name of the header that carries the sequence; it
+	// must match the proxy's FENCE_SEQUENCE_HEADER, and differ from the token
+	// header. If empty, DefaultSequenceHeader ("Fencing-Sequence") is used.
+	SequenceHeader string
+
 	// Optional lets a request whose context carries no token be sent, without
 	// the header (any value the caller set is removed, so that the only token
 	// a request ever carries is the one its context gave it); for routes the
 	// proxy configures with "token: optional", or requests it does not fence.
 	// If false (the default), such a request is not sent: RoundTrip returns
-	// ErrNoToken without touching the network.
+	// ErrNoToken without touching the network. A request whose context
+	// carries a sequence but no token is never sent, Optional or not: a
+	// sequence orders the requests of one token.
 	Optional bool
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
 
 // RoundTrip sends a clone of req with the token header set to the canonical
-// decimal of the token in req's context, replacing any value the caller set
-// under any spelling of the header's name; req itself is not modified. See
-// Transport for what it returns.
+// decimal of the token in req's context, and the sequence header to that of
+// the sequence its context gives (a fresh number from a Sequence on every
+// call), replacing any value the caller set under any spelling of either
+// header's name; req itself is not modified. A request whose context gives no
+// sequence is sent without the sequence header. See Transport for what it
+// returns.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	token, ok := TokenFromContext(req.Context())
-	if !ok && !t.Optional {
+	seqv, hasSeq := sequenceFromContext(req.Context())
+	name, seqName := t.header(), t.sequenceHeader()
+	var seq uint64
+	var err error
+	switch {
+	case !ok && (hasSeq || !t.Optional):
+		err = ErrNoToken
+	case hasSeq && strings.EqualFold(seqName, name):
+		err = fmt.Errorf("client: Transport.SequenceHeader %q is the token header", seqName)
+	case hasSeq:
+		seq, err = seqv.draw() // drawn last: a request refused here spends no number
+	}
+	if err != nil {
 		// The RoundTripper contract: the request body is closed, even on
 		// error.
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}
-		return nil, ErrNoToken
+		return nil, err
 	}
 
 	out := req.Clone(req.Context()) // a deep copy of the header, which is modified below
 	if out.Header == nil {
 		out.Header = make(http.Header)
 	}
-	name := t.header()
 	// A header map is keyed by canonical names, but a caller can store other
 	// spellings directly; each would be sent as a further value, and the
 	// proxy refuses a repeated header as malformed.
 	for k := range out.Header {
-		if strings.EqualFold(k, name) {
+		if strings.EqualFold(k, name) || strings.EqualFold(k, seqName) {
 			delete(out.Header, k)
 		}
 	}
 	if ok {
 		out.Header[name] = []string{strconv.FormatUint(token, 10)}
+		if hasSeq {
+			out.Header[seqName] = []string{strconv.FormatUint(seq, 10)}
+		}
 	}
 
 	resp, err := t.base().RoundTrip(out)
@@ -113,4 +153,11 @@ func (t *Transport) header() string {
 		return http.CanonicalHeaderKey(t.Header)
 	}
 	return DefaultHeader
+}
+
+func (t *Transport) sequenceHeader() string {
+	if t.SequenceHeader != "" {
+		return http.CanonicalHeaderKey(t.SequenceHeader)
+	}
+	return DefaultSequenceHeader
 }
