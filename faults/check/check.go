@@ -46,12 +46,20 @@ type Report struct {
 	// violation: the README's "requests already past it" (admitted before the
 	// newer token, slow on the way). Reported, never failed.
 	LateForwards int
+	// Inversions and Overlaps are the order figures of what the upstream
+	// received (see Order): pairs of requests for one resource that the
+	// upstream began in an order other than their tokens', or overlapping.
+	// Measurements until the drain barrier exists; never counted by Safe.
+	Inversions, Overlaps int
 	// Linearizable is porcupine's verdict; CheckedOps how many operations it
 	// was given (indeterminate ones that cannot matter are left out).
 	Linearizable porcupine.CheckResult
 	CheckedOps   int
 	// Examples describes the first few violations of each kind.
 	Examples []string
+	// OrderExamples describes the first few inversions and overlaps:
+	// measured, not violations (until the drain barrier).
+	OrderExamples []string
 }
 
 // Safe reports whether none of the three safety figures is non-zero.
@@ -157,6 +165,10 @@ func Check(ops []Op, fwd []Forward, timeout time.Duration) Report {
 				op.Resource, op.Token, op.ID, op.Status)
 		}
 	}
+
+	ord := CountOrder(fwd)
+	r.Inversions, r.Overlaps = ord.Inversions, ord.Overlaps
+	r.OrderExamples = ord.Examples
 
 	r.Linearizable, r.CheckedOps = Linearizable(ops, timeout)
 	return r

@@ -85,5 +85,12 @@ type Forward struct {
 	ID       string // the request id header; a forward with an id no Op has is never legitimate
 	Resource string
 	Token    uint64
-	At       int64 // receipt time on the history's clock
+	// At is when the upstream began processing the request (its handler
+	// was called: the request line and headers had arrived), on the
+	// history's clock.
+	At int64
+	// End is when the upstream had read the whole body (and held the
+	// request, if it was told to) and was about to answer: when the write
+	// landed. 0 when unknown (still being processed).
+	End int64
 }

@@ -10,6 +10,9 @@
 // It prints one scenario= line per scenario (and measure= lines) on stdout,
 // progress and violations on stderr, and exits 1 when a safety figure is
 // non-zero, a history is not linearizable, or a scenario could not run.
+// Inversions (the upstream seeing requests out of token order) are printed
+// but fail the run only with -inversions-fatal, which the version with the
+// drain barrier turns on.
 package main
 
 import (
@@ -43,10 +46,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	brk := fs.String("break", "", "start a deliberately broken system to show the checks fail: "+strings.Join(harness.Breaks, ", "))
 	keep := fs.Bool("keep", false, "keep the work directory (logs, AOF files) even when every scenario passed")
 	dir := fs.String("dir", "", "parent of the work directory (default: the system's temporary directory)")
+	invFatal := fs.Bool("inversions-fatal", false, "fail a scenario whose upstream saw requests out of token order "+
+		"(inversions, overlaps, the streamed slow body landing after the newer write): off until fenceproxy has the drain barrier (FENCE_DRAIN)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	opts := harness.Options{Mode: *mode, Bin: *bin, Break: *brk, Keep: *keep, Dir: *dir, Out: stdout, Log: stderr}
+	opts := harness.Options{Mode: *mode, Bin: *bin, Break: *brk, Keep: *keep, Dir: *dir, Out: stdout, Log: stderr,
+		InversionsFatal: *invFatal}
 	if *sel != "" {
 		re, err := regexp.Compile(*sel)
 		if err != nil {

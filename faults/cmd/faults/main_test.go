@@ -83,16 +83,30 @@ func TestRealSystemPasses(t *testing.T) {
 		t.Skip("starts redis-server and fenceproxy processes")
 	}
 	var out, log bytes.Buffer
-	if err := run([]string{"-mode", "smoke", "-run", "^(redis-kill|load)$", "-dir", t.TempDir()}, &out, &log); err != nil {
+	if err := run([]string{"-mode", "smoke", "-run", "^(redis-kill|slow-body|load)$", "-dir", t.TempDir()}, &out, &log); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), log.String())
 	}
-	for _, name := range []string{"redis-kill", "load"} {
+	for _, name := range []string{"redis-kill", "slow-body", "load"} {
 		f := fields(t, out.String(), "scenario="+name+" ")
 		if f["verdict"] != "pass" || num(t, f, "admitted") == 0 {
 			t.Errorf("%s: %v", name, f)
 		}
+		// Measured, never failed (until the drain barrier).
+		num(t, f, "inversions")
+		num(t, f, "overlaps")
 	}
 	fields(t, out.String(), "measure=load ")
+	// The small stalled body is read before admission: the older write is
+	// refused and the newer one is what the upstream holds.
+	f := fields(t, out.String(), "scenario=slow-body ")
+	if num(t, f, "small_old_refused") != 1 || num(t, f, "small_old_landed_after_newer") != 0 || num(t, f, "small_newer_held") != 1 {
+		t.Errorf("slow-body: %v", f)
+	}
+	// The streamed one is measured: it lands after the newer write today.
+	m := fields(t, out.String(), "measure=slow-body-streamed ")
+	if num(t, m, "rounds") != 1 || num(t, m, "old_admitted")+num(t, m, "old_refused") != 1 {
+		t.Errorf("slow-body-streamed: %v", m)
+	}
 }
 
 func TestBadFlags(t *testing.T) {

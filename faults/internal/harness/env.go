@@ -25,20 +25,22 @@ type params struct {
 	loadFor            time.Duration // the load scenario's steady phase
 	checkTimeout       time.Duration // bound on porcupine, per scenario
 	storeTimeout       time.Duration // FENCE_STORE_TIMEOUT
+	slowRounds         int           // slow-body: stalled writes of each size
+	slowFor            time.Duration // slow-upstream: how long the load runs
 }
 
 var modes = map[string]params{
 	"short": {workers: 8, resources: 8, loadWorkers: 16, warmup: 2 * time.Second, cooldown: 3 * time.Second,
 		gap: 2 * time.Second, rounds: 1, loadFor: 15 * time.Second, checkTimeout: 30 * time.Second,
-		storeTimeout: 500 * time.Millisecond},
+		storeTimeout: 500 * time.Millisecond, slowRounds: 1, slowFor: 6 * time.Second},
 	// smoke is for the suite's own tests (the negative controls): one short
 	// injection, a few seconds of load.
 	"smoke": {workers: 8, resources: 8, loadWorkers: 8, warmup: time.Second, cooldown: 2 * time.Second,
 		gap: time.Second, rounds: 1, loadFor: 3 * time.Second, checkTimeout: 20 * time.Second,
-		storeTimeout: 500 * time.Millisecond},
+		storeTimeout: 500 * time.Millisecond, slowRounds: 1, slowFor: 3 * time.Second},
 	"long": {workers: 12, resources: 12, loadWorkers: 24, warmup: 3 * time.Second, cooldown: 5 * time.Second,
 		gap: 4 * time.Second, rounds: 5, loadFor: 120 * time.Second, checkTimeout: 180 * time.Second,
-		storeTimeout: 500 * time.Millisecond},
+		storeTimeout: 500 * time.Millisecond, slowRounds: 3, slowFor: 30 * time.Second},
 }
 
 type topology int
@@ -66,6 +68,12 @@ type scenario struct {
 	fields func(e *env, ops []check.Op, r *check.Report) []string
 	// measures returns measure= lines printed after the scenario's line.
 	measures func(e *env, ops []check.Op, r *check.Report) []string
+	// judge runs the scenario's own checks once the history is checked:
+	// it may add Violations, Order and Problems to the result.
+	judge func(e *env, ops []check.Op, res *Result)
+	// hold, when set, makes the upstream hold some requests (a slow
+	// upstream); it is installed before the load starts.
+	hold func() time.Duration
 }
 
 // window is an interval in which a fault was active; replica is the proxy
@@ -106,6 +114,10 @@ type env struct {
 	notes       []string    // extra key=value fields
 	steady      [2]int64    // the load scenario's steady phase
 	mem         [2][]Memory // the replicas' memory at its start and end
+	// extra are operations of the scenario's own clients (slow-body),
+	// checked with the load's; slow its stalled writes.
+	extra []check.Op
+	slow  []slowRound
 }
 
 type checkpoint struct {

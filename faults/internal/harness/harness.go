@@ -33,6 +33,13 @@ type Options struct {
 	Break string
 	// Dir is where the work directories go; os.TempDir() if empty.
 	Dir string
+	// InversionsFatal makes the order figures (inversions, overlaps, and
+	// the streamed slow body's older write landing after the newer one)
+	// fail a scenario. Off today: nothing in fenceproxy orders what reaches
+	// the upstream, so they are measurements. The drain barrier
+	// (FENCE_DRAIN) makes them zero; the version that adds it turns this on
+	// (the -inversions-fatal flag's default, and CI).
+	InversionsFatal bool
 	// Keep keeps the work directory (logs, AOF files) even when every
 	// scenario passed; a failed run always keeps it.
 	Keep bool
@@ -56,13 +63,23 @@ type Result struct {
 	Line     string
 	// Measures are measure= lines that follow Line (the load figures).
 	Measures []string
-	Duration time.Duration
+	// Violations are failed safety checks of the scenario's own (slow-body:
+	// the older write landed after the newer one); any fails the run.
+	Violations []string
+	// Order counts what a drain barrier forbids: the report's inversions
+	// and overlaps plus the scenario's own (slow-body: the streamed older
+	// write landing after the newer one). Fails the run only with
+	// InversionsFatal.
+	Order           int
+	InversionsFatal bool
+	Duration        time.Duration
 }
 
 // Failed reports whether the result fails the run: a safety figure is
 // non-zero, the history is not linearizable, an admitted request never
-// reached the upstream, or the scenario could not run as designed. A
-// measurement fails only when it could not run.
+// reached the upstream, a safety check of the scenario's own failed, or the
+// scenario could not run as designed; with InversionsFatal also an order
+// figure is non-zero. A measurement fails only when it could not run.
 func (r *Result) Failed() bool {
 	if len(r.Problems) > 0 {
 		return true
@@ -70,7 +87,11 @@ func (r *Result) Failed() bool {
 	if r.Measure {
 		return false
 	}
-	return !r.Report.Safe() || r.Report.Linearizable == "Illegal" || r.Report.MissingForwards > 0
+	if r.InversionsFatal && r.Order > 0 {
+		return true
+	}
+	return !r.Report.Safe() || r.Report.Linearizable == "Illegal" || r.Report.MissingForwards > 0 ||
+		len(r.Violations) > 0
 }
 
 // Harness owns one scenario's processes and directory.
@@ -153,8 +174,18 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		for _, pr := range res.Problems {
 			fmt.Fprintf(opts.Log, "faults: %s: PROBLEM: %s\n", sc.name, pr)
 		}
+		for _, v := range res.Violations {
+			fmt.Fprintf(opts.Log, "faults: %s: VIOLATION: %s\n", sc.name, v)
+		}
 		for _, ex := range res.Report.Examples {
 			fmt.Fprintf(opts.Log, "faults: %s: %s\n", sc.name, ex)
+		}
+		orderKind := "measured"
+		if opts.InversionsFatal {
+			orderKind = "fatal"
+		}
+		for _, ex := range res.Report.OrderExamples {
+			fmt.Fprintf(opts.Log, "faults: %s: (%s) %s\n", sc.name, orderKind, ex)
 		}
 		if res.Failed() {
 			failed = true

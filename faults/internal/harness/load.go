@@ -210,6 +210,13 @@ func (l *load) do(hc *http.Client, op *check.Op) {
 		_ = resp.Body.Close()
 	}
 	op.Return = l.clock.now()
+	setOutcome(op, resp, err)
+}
+
+// setOutcome records what the answer (or the error) of op's request says.
+// A problem answer is a *client.ProblemError in err (client.Transport and
+// client.CheckResponse turn it into one).
+func setOutcome(op *check.Op, resp *http.Response, err error) {
 	var pe *client.ProblemError
 	switch {
 	case err == nil:

@@ -20,6 +20,8 @@ func scenarios(p params) []*scenario {
 		{name: "network-latency", topo: single, viaToxic: true, inject: networkLatency, expect: expectUnavailable(-1)},
 		{name: "network-reset", topo: single, viaToxic: true, inject: networkReset, expect: expectUnavailable(-1)},
 		{name: "network-cut", topo: single, viaToxic: true, inject: networkCut, expect: expectUnavailable(-1)},
+		{name: "slow-body", topo: single, workers: 4, inject: slowBody, judge: judgeSlowBody, fields: slowBodyFields, measures: slowBodyMeasures},
+		{name: "slow-upstream", topo: single, inject: slowUpstream, hold: holdOneIn(holdEvery, holdMin, holdMax), fields: slowUpstreamFields, judge: judgeSlowUpstream},
 		{name: "sentinel-failover", topo: sentinelWait, inject: failover, expect: expectUnavailable(-1), fields: lostFields},
 		{name: "sentinel-failover-nowait", measure: true, topo: sentinelNoWait, inject: failover, fields: lostFields},
 		{name: "load", topo: single, workers: p.loadWorkers, inject: steadyLoad, measures: loadMeasures},
@@ -46,6 +48,9 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 		return finish(nil)
 	}
 
+	if sc.hold != nil {
+		e.up.hold = sc.hold
+	}
 	workers := sc.workers
 	if workers == 0 {
 		workers = p.workers
@@ -82,6 +87,9 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 	}
 
 	ops := e.ld.history()
+	e.mu.Lock()
+	ops = append(ops, e.extra...)
+	e.mu.Unlock()
 	if e.rd != nil {
 		ops = append(ops, e.rd.history()...)
 	}
@@ -98,6 +106,11 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 		res.Report.Regressions += n
 		res.Report.Examples = append(res.Report.Examples,
 			fmt.Sprintf("regression: %d marks lost across the fault (%d tokens in all)", n, tok))
+	}
+	res.InversionsFatal = opts.InversionsFatal
+	res.Order = res.Report.Inversions + res.Report.Overlaps
+	if sc.judge != nil {
+		sc.judge(e, ops, &res)
 	}
 	if injErr == nil {
 		if sc.expect != nil {
@@ -209,8 +222,8 @@ func (e *env) line(res *Result, ops []check.Op) string {
 	f := []string{
 		fmt.Sprintf("%s=%s ops=%d stale_admissions=%d unfenced_forwards=%d regressions=%d unavailable=%d",
 			kind, res.Name, r.Ops, r.StaleAdmissions, r.UnfencedForwards, r.Regressions, r.Unavailable),
-		fmt.Sprintf("stale_below_admitted=%d admitted=%d stale=%d failed=%d reads=%d missing_forwards=%d late_forwards=%d duplicate_forwards=%d",
-			r.StaleBelowAdmitted, r.Admitted, r.Stale, r.Failed, r.Reads, r.MissingForwards, r.LateForwards, r.DuplicateForwards),
+		fmt.Sprintf("stale_below_admitted=%d admitted=%d stale=%d failed=%d reads=%d missing_forwards=%d late_forwards=%d inversions=%d overlaps=%d duplicate_forwards=%d",
+			r.StaleBelowAdmitted, r.Admitted, r.Stale, r.Failed, r.Reads, r.MissingForwards, r.LateForwards, r.Inversions, r.Overlaps, r.DuplicateForwards),
 		fmt.Sprintf("linearizable=%s checked_ops=%d injections=%d", strings.ToLower(string(r.Linearizable)), r.CheckedOps, e.injections),
 	}
 	if e.sc.fields != nil && ops != nil {

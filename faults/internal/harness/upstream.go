@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/faults/check"
@@ -23,14 +24,21 @@ type clock struct{ start time.Time }
 func (c clock) now() int64 { return int64(time.Since(c.start)) }
 
 // Upstream is the protected service: an in-process HTTP server that records
-// every request it receives (request id, resource, token, time) and answers
-// 200.
+// every request it receives (request id, resource, token, and when it began
+// and ended processing it) and answers 200. It can be told to hold some
+// requests before answering (a slow upstream).
 type Upstream struct {
 	clock clock
 	srv   *http.Server
 	ln    net.Listener
 
+	// hold, when set (before any request arrives), says how long to hold a
+	// request after its body was read; 0 for not at all.
+	hold  func() time.Duration
+	nHeld atomic.Int64
+
 	mu   sync.Mutex
+	last int64 // the latest begin time recorded: begins are strictly ordered
 	recs []check.Forward
 }
 
@@ -51,16 +59,53 @@ func (u *Upstream) URL() string { return "http://" + u.ln.Addr().String() }
 // ServeHTTP records the request. The resource is the last path segment of
 // /ge/{id} or /gt/{id}; the token is whatever the header says (0 when it
 // does not parse, which the checker then finds differs from what was sent).
+//
+// The request begins when the handler is called (request line and headers
+// have arrived; a streamed body may still be on its way) and ends when its
+// body has been read to the end (or failed) and any hold is over, just
+// before the answer is written: the proxy cannot see the request complete
+// before its end is recorded. Begin times are recorded under the lock and
+// made strictly increasing, so that the begin order of two requests is
+// never a tie.
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	at := u.clock.now()
-	_, _ = io.Copy(io.Discard, r.Body)
 	tok, _ := strconv.ParseUint(strings.TrimSpace(r.Header.Get("Fencing-Token")), 10, 64)
 	res := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
 	u.mu.Lock()
+	at := max(u.clock.now(), u.last+1)
+	u.last = at
+	i := len(u.recs)
 	u.recs = append(u.recs, check.Forward{ID: r.Header.Get(RequestIDHeader), Resource: res, Token: tok, At: at})
+	u.mu.Unlock()
+
+	_, _ = io.Copy(io.Discard, r.Body)
+	if u.hold != nil {
+		if d := u.hold(); d > 0 {
+			u.nHeld.Add(1)
+			time.Sleep(d)
+		}
+	}
+	end := u.clock.now()
+	u.mu.Lock()
+	u.recs[i].End = end
 	u.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = io.WriteString(w, "ok\n")
+}
+
+// Held returns how many requests the upstream held.
+func (u *Upstream) Held() int64 { return u.nHeld.Load() }
+
+// Forward returns what was recorded of the request with id, and whether it
+// arrived.
+func (u *Upstream) Forward(id string) (check.Forward, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for i := len(u.recs) - 1; i >= 0; i-- {
+		if u.recs[i].ID == id {
+			return u.recs[i], true
+		}
+	}
+	return check.Forward{}, false
 }
 
 // Forwards returns a copy of what was received so far.

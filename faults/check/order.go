@@ -1,0 +1,162 @@
+package check
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+)
+
+// Order is the order in which the upstream processed the requests of each
+// resource, judged from the begin and end times it recorded. Fencing orders
+// admissions, not arrivals: a request admitted with token 41 just before 42
+// was admitted can still reach the upstream (or still be running there)
+// after 42. Two figures count that, pairs of requests for one resource with
+// different tokens (equal tokens never count):
+//
+//   - Inversions: the upstream began the lower token after it began the
+//     higher one, whether the higher one had ended by then or was still
+//     being processed (began at the same instant counts too: neither can be
+//     shown first).
+//   - Overlaps: the upstream began the higher token while the lower one,
+//     begun earlier, was still being processed (a streamed body still
+//     arriving, a slow handler). The order of begins is right, but an
+//     upstream that applies a write when its body is complete applies the
+//     lower one last.
+//
+// A drain barrier (a request admitted with token t sends nothing upstream
+// while an older-token request for its resource is in flight) makes both
+// zero; without one they are measurements, not safety figures.
+type Order struct {
+	Inversions int
+	Overlaps   int
+	// Examples describes the first few pairs of each kind.
+	Examples []string
+}
+
+// CountOrder computes the order figures of what the upstream received. A
+// forward whose End is 0 (or before its begin) was still being processed
+// when the record was taken: it counts as never ending.
+func CountOrder(fwd []Forward) Order {
+	var o Order
+	byRes := map[string][]Forward{}
+	for _, f := range fwd {
+		byRes[f.Resource] = append(byRes[f.Resource], f)
+	}
+	names := make([]string, 0, len(byRes))
+	for res := range byRes {
+		names = append(names, res)
+	}
+	sort.Strings(names) // deterministic examples
+	examples := map[string]int{}
+	example := func(kind, format string, args ...any) {
+		if examples[kind] < maxExamples {
+			examples[kind]++
+			o.Examples = append(o.Examples, kind+": "+fmt.Sprintf(format, args...))
+		}
+	}
+	for _, res := range names {
+		list := byRes[res]
+		// In order of begin; at the same instant the higher token first, so
+		// that the lower one counts as begun after it.
+		slices.SortStableFunc(list, func(a, b Forward) int {
+			switch {
+			case a.At != b.At:
+				return cmp.Compare(a.At, b.At)
+			case a.Token != b.Token:
+				return cmp.Compare(b.Token, a.Token)
+			}
+			return 0
+		})
+		o.Inversions += inversions(list, example)
+		o.Overlaps += overlaps(list, example)
+	}
+	return o
+}
+
+// inversions counts the pairs i < j (in begin order) with list[i].Token >
+// list[j].Token: a Fenwick tree over the ranks of the tokens begun so far.
+func inversions(list []Forward, example func(kind, format string, args ...any)) int {
+	toks := make([]uint64, len(list))
+	for i, f := range list {
+		toks[i] = f.Token
+	}
+	slices.Sort(toks)
+	toks = slices.Compact(toks)
+	tree := make([]int, len(toks)+1)
+	n := 0
+	hi := -1 // index of the greatest token begun so far
+	for j, f := range list {
+		rank, _ := slices.BinarySearch(toks, f.Token) // 0-based
+		// Begun before j with a token at most f.Token: prefix sum to rank.
+		le := 0
+		for k := rank + 1; k > 0; k -= k & -k {
+			le += tree[k]
+		}
+		if above := j - le; above > 0 {
+			n += above
+			h := &list[hi]
+			example("inversion", "%s token %d (id %q) began at %v, after token %d (id %q) began at %v%s",
+				f.Resource, f.Token, f.ID, ns(f.At), h.Token, h.ID, ns(h.At), endedOrNot(h, f.At))
+		}
+		for k := rank + 1; k < len(tree); k += k & -k {
+			tree[k]++
+		}
+		if hi < 0 || f.Token > list[hi].Token {
+			hi = j
+		}
+	}
+	return n
+}
+
+func endedOrNot(h *Forward, at int64) string {
+	if end(h) > at {
+		return " and was still being processed"
+	}
+	return fmt.Sprintf(" and ended at %v", ns(h.End))
+}
+
+// overlaps counts the pairs i < j (in begin order) with list[i].Token <
+// list[j].Token and list[i] still being processed when list[j] began. The
+// requests being processed at any moment are few (bounded by the clients'
+// concurrency), so a sweep with the list of those suffices.
+func overlaps(list []Forward, example func(kind, format string, args ...any)) int {
+	n := 0
+	var active []*Forward
+	for j := range list {
+		f := &list[j]
+		keep := active[:0]
+		for _, a := range active {
+			if end(a) > f.At {
+				keep = append(keep, a)
+			}
+		}
+		active = keep
+		for _, a := range active {
+			if a.Token < f.Token && a.At < f.At {
+				n++
+				example("overlap", "%s token %d (id %q) began at %v while token %d (id %q), begun at %v, was still being processed (until %v)",
+					f.Resource, f.Token, f.ID, ns(f.At), a.Token, a.ID, ns(a.At), endString(a))
+			}
+		}
+		active = append(active, f)
+	}
+	return n
+}
+
+// end returns when f ended; a forward not ended (End 0 or before its begin)
+// never does.
+func end(f *Forward) int64 {
+	if f.End < f.At || f.End == 0 {
+		return math.MaxInt64
+	}
+	return f.End
+}
+
+func endString(f *Forward) string {
+	if end(f) == math.MaxInt64 {
+		return "never ended"
+	}
+	return ns(f.End).String()
+}
