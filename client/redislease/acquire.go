@@ -44,6 +44,11 @@ func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 	case err != nil:
 		// The script may have run and granted the lease before the reply was
 		// lost; acquiring again (same owner) mints a new token and is safe.
+		if cerr := ctxEnded(ctx); cerr != nil {
+			// The deadline cut the call short: the client reports it as an
+			// i/o timeout, but what ended it is ctx, and callers match that.
+			return 0, fmt.Errorf("redislease: acquire %q: %w: %w", l.name, cerr, err)
+		}
 		return 0, fmt.Errorf("redislease: acquire %q: %w", l.name, err)
 	}
 	token, err := strconv.ParseUint(reply, 10, 64)
@@ -80,4 +85,17 @@ func (l *Lease) AcquireWait(ctx context.Context, retry time.Duration) (uint64, e
 		case <-timer.C:
 		}
 	}
+}
+
+// ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's deadline
+// has passed even if its timer has not fired yet: the client's connection
+// deadline (set from ctx) can expire a moment before the context does.
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
