@@ -84,11 +84,11 @@ func printRoutes(w io.Writer, cfg *config.Config) {
 	sequences := hasSequence(cfg.Routes.Default) || slices.ContainsFunc(cfg.Routes.Routes, hasSequence)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if sequences {
-		fmt.Fprintln(tw, "  NAME\tMETHODS\tPATH\tRESOURCE\tCOMPARE\tTOKEN\tSEQUENCE\tFENCE")
+		fmt.Fprintln(tw, "  NAME\tMETHODS\tPATH\tCASE\tRESOURCE\tCOMPARE\tTOKEN\tSEQUENCE\tFENCE")
 	} else {
-		fmt.Fprintln(tw, "  NAME\tMETHODS\tPATH\tRESOURCE\tCOMPARE\tTOKEN\tFENCE")
+		fmt.Fprintln(tw, "  NAME\tMETHODS\tPATH\tCASE\tRESOURCE\tCOMPARE\tTOKEN\tFENCE")
 	}
-	row := func(r config.Route, path string) {
+	row := func(r config.Route, path, pathCase string) {
 		methods := strings.Join(r.Methods, ",")
 		if methods == "" {
 			methods = "-"
@@ -103,12 +103,16 @@ func printRoutes(w io.Writer, cfg *config.Config) {
 		if sequences {
 			token += "\t" + sequence
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, methods, path, resource, compare, token, fence)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, methods, path, pathCase, resource, compare, token, fence)
 	}
 	for _, r := range cfg.Routes.Routes {
-		row(r, r.Path)
+		pathCase := "sensitive"
+		if r.CaseInsensitive {
+			pathCase = "insensitive"
+		}
+		row(r, r.Path, pathCase)
 	}
-	row(cfg.Routes.Default, "(any path no route matches)")
+	row(cfg.Routes.Default, "(any path no route matches)", "-")
 	_ = tw.Flush()
 	fmt.Fprintln(w, "A route matches only the methods it lists; a request no route matches gets the default rule,\n"+
 		"and a method the default rule does not list is forwarded unfenced.")

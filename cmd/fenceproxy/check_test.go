@@ -59,6 +59,7 @@ func TestCheckPrintsRouteTable(t *testing.T) {
     token: optional
   - name: reports
     path: /reports/*
+    case: sensitive
     fence: false
 `), 0o600); err != nil {
 		t.Fatal(err)
@@ -68,11 +69,11 @@ func TestCheckPrintsRouteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, row := range [][]string{
-		{"NAME", "METHODS", "PATH", "RESOURCE", "COMPARE", "TOKEN", "FENCE"},
-		{"order-writes", "PUT,DELETE", "/orders/{orderID}", "orders/{orderID}", ">=", "required", "on"},
-		{"jobs", "POST,PUT,PATCH,DELETE", "/jobs/{id}", "jobs/{id}", ">", "optional", "on"},
-		{"reports", "POST,PUT,PATCH,DELETE", "/reports/*", "-", "-", "-", "off"},
-		{"default", "POST,PUT,PATCH,DELETE", "(any", "path", "no", "route", "matches)", "default", ">=", "required", "on"},
+		{"NAME", "METHODS", "PATH", "CASE", "RESOURCE", "COMPARE", "TOKEN", "FENCE"},
+		{"order-writes", "PUT,DELETE", "/orders/{orderID}", "insensitive", "orders/{orderID}", ">=", "required", "on"},
+		{"jobs", "POST,PUT,PATCH,DELETE", "/jobs/{id}", "insensitive", "jobs/{id}", ">", "optional", "on"},
+		{"reports", "POST,PUT,PATCH,DELETE", "/reports/*", "sensitive", "-", "-", "-", "off"},
+		{"default", "POST,PUT,PATCH,DELETE", "(any", "path", "no", "route", "matches)", "-", "default", ">=", "required", "on"},
 	} {
 		if !hasRow(out, row) {
 			t.Errorf("no row %q in:\n%s", row, out)
@@ -87,8 +88,31 @@ func TestCheckPrintsRouteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, "no routes file") || !strings.Contains(out, "two unrelated writers fence each other") ||
-		!hasRow(out, []string{"default", "POST,PUT,PATCH,DELETE", "(any", "path", "no", "route", "matches)", "default", ">=", "required", "on"}) {
+		!hasRow(out, []string{"default", "POST,PUT,PATCH,DELETE", "(any", "path", "no", "route", "matches)", "-", "default", ">=", "required", "on"}) {
 		t.Errorf("without a routes file:\n%s", out)
+	}
+
+	// A rule with a sequence brings the SEQUENCE column.
+	if err := os.WriteFile(routes, []byte(`routes:
+  - name: jobs
+    path: /jobs/{id:uint}
+    resource: jobs/{id}
+    sequence: required
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCheck(t, map[string]string{"FENCE_UPSTREAM_URL": "http://127.0.0.1:3000", "FENCE_ROUTES_FILE": routes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range [][]string{
+		{"NAME", "METHODS", "PATH", "CASE", "RESOURCE", "COMPARE", "TOKEN", "SEQUENCE", "FENCE"},
+		{"jobs", "POST,PUT,PATCH,DELETE", "/jobs/{id:uint}", "insensitive", "jobs/{id}", ">=", "required", "required", "on"},
+		{"default", "POST,PUT,PATCH,DELETE", "(any", "path", "no", "route", "matches)", "-", "default", ">=", "required", "off", "on"},
+	} {
+		if !hasRow(out, row) {
+			t.Errorf("no row %q in:\n%s", row, out)
+		}
 	}
 }
 
