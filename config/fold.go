@@ -13,7 +13,11 @@ import (
 // only, Unicode upper-casing (ASP.NET Core's OrdinalIgnoreCase), JavaScript's
 // case-insensitive regular expressions. Folding more than an upstream does
 // only lets two spellings share a mark (safe); folding less would let one
-// escape the other's fence. So every rune becomes the smallest rune of its
+// escape the other's fence. Unicode simple case folding (what
+// strings.EqualFold uses) folds what ASCII matching does and nearly all that
+// upper-casing does; it misses letters that upper-casing sends to another
+// class (the dotless i, U+0131, upper-cases to I) and full folding's
+// expansions (ß as ss). So every rune becomes the smallest rune of its
 // Unicode simple case-folding orbit ("K", "k" and the Kelvin sign all become
 // "k", as do "S", "s" and the long s "ſ" become "s"), ASCII letters in lower
 // case. Bytes that are not UTF-8 are kept as they are.

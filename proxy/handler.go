@@ -256,7 +256,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		m.unavailable.Observe(elapsed.Seconds())
-		rt.metrics.requests[decUnavailable].Inc()
+		m.requests[decUnavailable].Inc()
 		pr := &problem{
 			Type: TypeStoreUnavailable, Title: "Fence store unavailable", Status: http.StatusServiceUnavailable,
 			Detail: p.unavailableDetail(err),

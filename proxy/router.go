@@ -55,7 +55,7 @@ type routeKey struct {
 // the path as sent, and case-insensitive routes, matched on the folded path.
 type router struct {
 	exact    map[string]*chi.Mux // by method
-	folded   map[string]*chi.Mux // by method; nil when no route is case-insensitive
+	folded   map[string]*chi.Mux // by method
 	byKey    map[routeKey]*route
 	fallback *route
 	pool     sync.Pool // of *chi.Context
@@ -73,27 +73,25 @@ func CheckRoutes(rs config.Routes) error {
 // panic is turned into the error here, at start, never at request time).
 func newRouter(rs config.Routes, tokenHeader, sequenceHeader string, m *Metrics) (*router, error) {
 	rt := &router{
-		exact: make(map[string]*chi.Mux),
-		byKey: make(map[routeKey]*route),
-		pool:  sync.Pool{New: func() any { return chi.NewRouteContext() }},
+		exact:  make(map[string]*chi.Mux),
+		folded: make(map[string]*chi.Mux),
+		byKey:  make(map[routeKey]*route),
+		pool:   sync.Pool{New: func() any { return chi.NewRouteContext() }},
 	}
 	noop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	for i := range rs.Routes {
 		cr := &rs.Routes[i]
 		r := newRoute(cr, tokenHeader, sequenceHeader, m)
 		pattern := matchPattern(cr.Pattern)
-		trees := &rt.exact
+		trees := rt.exact
 		if cr.CaseInsensitive {
-			trees = &rt.folded
+			trees = rt.folded
 		}
 		for _, method := range cr.Methods {
-			if *trees == nil {
-				*trees = make(map[string]*chi.Mux)
-			}
-			mux := (*trees)[method]
+			mux := trees[method]
 			if mux == nil {
 				mux = chi.NewMux()
-				(*trees)[method] = mux
+				trees[method] = mux
 			}
 			if err := register(mux, pattern, noop); err != nil {
 				return nil, fmt.Errorf("route %q: path %q: %w", cr.Name, cr.Path, err)

@@ -46,8 +46,7 @@ func wantLine(t *testing.T, out, level, name string, want ...string) {
 // Plain check prints the route table in effect, and says when there is no
 // routes file that every write shares one mark.
 func TestCheckPrintsRouteTable(t *testing.T) {
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte(`routes:
+	routes := writeRoutes(t, `routes:
   - name: order-writes
     methods: [PUT, DELETE]
     path: /orders/{orderID}
@@ -61,9 +60,7 @@ func TestCheckPrintsRouteTable(t *testing.T) {
     path: /reports/*
     case: sensitive
     fence: false
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	out, err := runCheck(t, map[string]string{"FENCE_UPSTREAM_URL": "http://127.0.0.1:3000", "FENCE_ROUTES_FILE": routes})
 	if err != nil {
 		t.Fatal(err)
@@ -93,14 +90,12 @@ func TestCheckPrintsRouteTable(t *testing.T) {
 	}
 
 	// A rule with a sequence brings the SEQUENCE column.
-	if err := os.WriteFile(routes, []byte(`routes:
+	routes = writeRoutes(t, `routes:
   - name: jobs
     path: /jobs/{id:uint}
     resource: jobs/{id}
     sequence: required
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	out, err = runCheck(t, map[string]string{"FENCE_UPSTREAM_URL": "http://127.0.0.1:3000", "FENCE_ROUTES_FILE": routes})
 	if err != nil {
 		t.Fatal(err)
@@ -135,10 +130,7 @@ func TestNoRoutesFileWarns(t *testing.T) {
 		!strings.Contains(logs, "two unrelated writers fence each other") {
 		t.Fatalf("no warning:\n%s", logs)
 	}
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - name: a\n    path: /a\n    resource: a\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	routes := writeRoutes(t, "routes:\n  - name: a\n    path: /a\n    resource: a\n")
 	p2 := start(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_STORE": "memory", "FENCE_ROUTES_FILE": routes})
 	if logs := p2.logs.String(); strings.Contains(logs, "no routes file") {
 		t.Fatalf("warns with a routes file:\n%s", logs)

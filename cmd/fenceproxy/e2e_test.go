@@ -389,6 +389,17 @@ func withoutFenceVars(environ []string) []string {
 	return out
 }
 
+// writeRoutes writes a routes file with the given YAML into a fresh
+// directory and returns its path.
+func writeRoutes(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func freePort(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

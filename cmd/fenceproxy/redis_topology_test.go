@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -438,10 +436,7 @@ func TestRedisCluster(t *testing.T) {
 		addFenceUser(t, s.Addr(), "+cluster|slots", "+command")
 		redisDo(t, s.Addr(), nil, "ACL", "SETUSER", "default", "-eval", "-evalsha")
 	}
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte("routes:\n  - name: items\n    path: /items/{id}\n    resource: items/{id}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	routes := writeRoutes(t, "routes:\n  - name: items\n    path: /items/{id}\n    resource: items/{id}\n")
 	up := newCountingUpstream(t)
 	addrs := cluster.Addrs()
 	p := start(t, map[string]string{

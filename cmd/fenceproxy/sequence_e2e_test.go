@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,15 +14,12 @@ import (
 // the embedded store and on Redis: the pair orders one lease's writes, and
 // the mark survives a restart of the program.
 func TestSequencesEndToEnd(t *testing.T) {
-	routes := filepath.Join(t.TempDir(), "routes.yaml")
-	if err := os.WriteFile(routes, []byte(`routes:
+	routes := writeRoutes(t, `routes:
   - name: jobs
     path: /jobs/{id:uint}
     resource: jobs/{id}
     sequence: required
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	stores := map[string]func(t *testing.T) map[string]string{
 		"bolt": func(t *testing.T) map[string]string {
 			return map[string]string{"FENCE_BOLT_PATH": filepath.Join(t.TempDir(), "marks.db")}
