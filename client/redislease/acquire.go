@@ -44,12 +44,7 @@ func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 	case err != nil:
 		// The script may have run and granted the lease before the reply was
 		// lost; acquiring again (same owner) mints a new token and is safe.
-		if cerr := ctxEnded(ctx); cerr != nil {
-			// The deadline cut the call short: the client reports it as an
-			// i/o timeout, but what ended it is ctx, and callers match that.
-			return 0, fmt.Errorf("redislease: acquire %q: %w: %w", l.name, cerr, err)
-		}
-		return 0, fmt.Errorf("redislease: acquire %q: %w", l.name, err)
+		return 0, callError(ctx, "acquire", l.name, err)
 	}
 	token, err := strconv.ParseUint(reply, 10, 64)
 	if err != nil {
@@ -87,15 +82,18 @@ func (l *Lease) AcquireWait(ctx context.Context, retry time.Duration) (uint64, e
 	}
 }
 
-// ctxEnded returns ctx.Err(), or context.DeadlineExceeded once ctx's deadline
-// has passed even if its timer has not fired yet: the client's connection
-// deadline (set from ctx) can expire a moment before the context does.
-func ctxEnded(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// callError wraps the error of a call to Redis for operation op on lease
+// name. When ctx's deadline cut the call short, the client reports an i/o
+// timeout (its connection deadline, set from ctx, can expire a moment before
+// the context does); what ended it is ctx, and callers match that, so the
+// error then wraps ctx's error too.
+func callError(ctx context.Context, op, name string, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded
 	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
+	if cerr != nil {
+		return fmt.Errorf("redislease: %s %q: %w: %w", op, name, cerr, err)
 	}
-	return nil
+	return fmt.Errorf("redislease: %s %q: %w", op, name, err)
 }

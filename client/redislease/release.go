@@ -28,7 +28,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	n, err := releaseScript.Run(ctx, l.client, []string{l.key}, l.owner).Int64()
 	if err != nil {
-		return fmt.Errorf("redislease: release %q: %w", l.name, err)
+		return callError(ctx, "release", l.name, err)
 	}
 	l.setToken(0)
 	if n == 0 {

@@ -27,7 +27,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	n, err := renewScript.Run(ctx, l.client, []string{l.key}, l.owner, l.ttlMillis()).Int64()
 	if err != nil {
-		return fmt.Errorf("redislease: renew %q: %w", l.name, err)
+		return callError(ctx, "renew", l.name, err)
 	}
 	if n == 0 {
 		l.setToken(0)
