@@ -35,6 +35,9 @@ type rawEnv struct {
 	LogLevel        string `env:"FENCE_LOG_LEVEL" envDefault:"info"`
 	AdminPprof      string `env:"FENCE_ADMIN_PPROF" envDefault:"false"`
 	BodyTimeout     string `env:"FENCE_BODY_TIMEOUT" envDefault:"60s"`
+	UpstreamTimeout string `env:"FENCE_UPSTREAM_TIMEOUT" envDefault:"30s"`
+	Drain           string `env:"FENCE_DRAIN" envDefault:"on"`
+	DrainTimeout    string `env:"FENCE_DRAIN_TIMEOUT"`
 
 	RedisURL      string `env:"FENCE_REDIS_URL"`
 	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS"`
@@ -122,6 +125,17 @@ func Load(environ map[string]string) (*Config, error) {
 	c.StoreTimeout = parsePositiveDuration("FENCE_STORE_TIMEOUT", raw.StoreTimeout, bad)
 	c.ShutdownTimeout = parsePositiveDuration("FENCE_SHUTDOWN_TIMEOUT", raw.ShutdownTimeout, bad)
 	c.BodyTimeout = parsePositiveDuration("FENCE_BODY_TIMEOUT", raw.BodyTimeout, bad)
+	c.UpstreamTimeout = parsePositiveDuration("FENCE_UPSTREAM_TIMEOUT", raw.UpstreamTimeout, bad)
+	switch raw.Drain {
+	case "on":
+		c.Drain = true
+	case "off":
+	default:
+		bad("FENCE_DRAIN", "%q must be on or off", raw.Drain)
+	}
+	if raw.DrainTimeout != "" {
+		c.DrainTimeout = parsePositiveDuration("FENCE_DRAIN_TIMEOUT", raw.DrainTimeout, bad)
+	}
 	if b, err := strconv.ParseBool(raw.AdminPprof); err != nil {
 		bad("FENCE_ADMIN_PPROF", "%q is not a boolean (true or false)", raw.AdminPprof)
 	} else {

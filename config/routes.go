@@ -53,6 +53,7 @@ type rawRule struct {
 	Compare  *string  `yaml:"compare"`
 	Token    *string  `yaml:"token"`
 	Sequence *string  `yaml:"sequence"` // off | required | optional
+	Drain    *bool    `yaml:"drain"`
 	Fence    *bool    `yaml:"fence"`
 }
 
@@ -262,6 +263,9 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 		if raw.Sequence != nil {
 			set = append(set, "sequence")
 		}
+		if raw.Drain != nil {
+			set = append(set, "drain")
+		}
 		if len(set) > 0 {
 			bad("fence: false contradicts %s (an unfenced rule has none)", strings.Join(set, ", "))
 		}
@@ -327,6 +331,7 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 	// sequence: required there is none: one token then admits every request
 	// whose sequence grows, which is not what ">" (each request its own
 	// token) promises.
+	r.NoDrain = raw.Drain != nil && !*raw.Drain
 	if r.Sequence == SequenceRequired && raw.Compare != nil && r.Compare == CompareGreater {
 		bad("compare: \">\" contradicts sequence: required (every request is ordered by its (token, sequence) pair, so one token admits many requests; " +
 			"use sequence: optional to make requests without a sequence need a token of their own, or drop compare)")

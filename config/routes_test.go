@@ -230,6 +230,10 @@ func TestParseRoutesInvalid(t *testing.T) {
 			[]string{`route "writes": fence: false contradicts sequence`}},
 		{"fence false with sequence and token", route("name: writes", "path: /w", "fence: false", "token: optional", "sequence: optional"),
 			[]string{`route "writes": fence: false contradicts token, sequence`}},
+		{"fence false with drain", route("name: writes", "path: /w", "fence: false", "drain: false"),
+			[]string{`route "writes": fence: false contradicts drain`}},
+		{"drain not a boolean", route("name: writes", "path: /w", "resource: w", "drain: sometimes"),
+			[]string{`route "writes"`}},
 		{"compare > with sequence required", route("name: writes", "path: /w", "resource: w", `compare: ">"`, "sequence: required"),
 			[]string{`route "writes": compare: ">" contradicts sequence: required`}},
 		{"default bad sequence", "default:\n  sequence: sometimes\n", []string{`default: sequence: "sometimes" must be off, required or optional`}},
@@ -244,6 +248,29 @@ func TestParseRoutesInvalid(t *testing.T) {
 				t.Errorf("want %d problems, got %d:\n%v", len(tt.want), len(lines), err)
 			}
 		})
+	}
+}
+
+// The drain key: the barrier is on unless a fenced rule says drain: false.
+func TestParseRoutesDrain(t *testing.T) {
+	rs, err := ParseRoutes([]byte(`
+routes:
+  - {name: plain, path: /plain, resource: plain}
+  - {name: on, path: /on, resource: on, drain: true}
+  - {name: out, path: /out, resource: out, drain: false}
+default:
+  drain: false
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, false, true} {
+		if got := rs.Routes[i].NoDrain; got != want {
+			t.Errorf("route %s: NoDrain = %v, want %v", rs.Routes[i].Name, got, want)
+		}
+	}
+	if !rs.Default.NoDrain {
+		t.Error("default rule: drain: false not read")
 	}
 }
 

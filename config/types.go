@@ -36,6 +36,9 @@ type Config struct {
 	LogLevel        zapcore.Level // FENCE_LOG_LEVEL
 	AdminPprof      bool          // FENCE_ADMIN_PPROF: serve net/http/pprof on the admin port
 	BodyTimeout     time.Duration // FENCE_BODY_TIMEOUT (> 0): bound on reading one request body from the client
+	UpstreamTimeout time.Duration // FENCE_UPSTREAM_TIMEOUT (> 0): bound on a fenced request from admission to the end of its response
+	Drain           bool          // FENCE_DRAIN (on): the drain barrier, for every fenced route without drain: false
+	DrainTimeout    time.Duration // FENCE_DRAIN_TIMEOUT: bound on one wait at the barrier; 0 (unset) waits until the older requests end or reach their deadlines
 	Redis           Redis
 	Routes          Routes // from RoutesFile, or DefaultRoutes()
 }
@@ -121,6 +124,9 @@ type Route struct {
 	// sequence (the FENCE_SEQUENCE_HEADER header). The zero value is
 	// SequenceOff, also for an unfenced route.
 	Sequence Sequence
+	// NoDrain opts a fenced route out of the drain barrier (drain: false):
+	// its requests neither wait for older ones nor hold newer ones back.
+	NoDrain bool
 }
 
 // Sequence is a route's sequence key: whether the resource's mark is the

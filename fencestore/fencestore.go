@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Compare selects how a token is compared with a resource's mark.
@@ -68,6 +69,12 @@ type Admission struct {
 	HasSequence bool
 	// Compare applies to an admission without a sequence.
 	Compare Compare
+	// Flight, when above zero, enters the admitted request into the drain
+	// barrier (flight.go): it is in flight until Released, or for at most
+	// this long (its upstream deadline, which the store times by its own
+	// clock), and Decision.Flight says whether a request ordered before it
+	// is in flight. Zero: the request takes no part in the barrier.
+	Flight time.Duration
 }
 
 // Decision is the outcome of one admission.
@@ -81,6 +88,9 @@ type Decision struct {
 	// sequence admitted with token Mark.
 	Sequence    uint64
 	HasSequence bool
+	// Flight is the admitted request's place in the drain barrier, when the
+	// admission asked for one (Admission.Flight); the zero Flight otherwise.
+	Flight Flight
 }
 
 // StaleSequence reports whether d refused a of a for its sequence alone: its
@@ -97,6 +107,19 @@ type Store interface {
 	// Admit atomically decides a against its resource's mark (Decide) and
 	// advances the mark.
 	Admit(ctx context.Context, a Admission) (Decision, error)
+	// Drain blocks until no request for f's resource ordered before f is in
+	// flight, at this process or any other sharing the store. It returns
+	// expired true when an older request stopped holding f back by reaching
+	// its deadline rather than by being released. Past ctx it returns ctx's
+	// error (unwrapped, so the caller can tell which bound it was); a store
+	// that cannot answer is an error wrapping ErrUnavailable. Only a Flight
+	// whose Older is set needs it; others return at once.
+	Drain(ctx context.Context, f Flight) (expired bool, err error)
+	// Release ends f's flight: the requests f held back may go. It never
+	// waits for the store (the release is sent in the background); a
+	// release that is lost leaves f in flight until its deadline. Releasing
+	// the zero Flight, or one twice, is harmless.
+	Release(f Flight)
 	// Mark returns the resource's mark, and false when it has none. It is an
 	// operator's read; the request path never needs it.
 	Mark(ctx context.Context, resource string) (mark uint64, ok bool, err error)

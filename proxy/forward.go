@@ -83,7 +83,14 @@ func upstreamProblem(err error, route string) *problem {
 	}
 	detail := "the upstream did not answer: the request was admitted and may or may not have reached it"
 	var ns *notSentError
-	if errors.As(err, &ns) {
+	notSent := errors.As(err, &ns)
+	switch {
+	case errors.Is(err, errPastDeadline) && notSent:
+		detail = "the request's upstream deadline (FENCE_UPSTREAM_TIMEOUT, from admission) passed before it was sent: nothing was forwarded"
+	case errors.Is(err, context.DeadlineExceeded):
+		detail = "the request's upstream deadline (FENCE_UPSTREAM_TIMEOUT, from admission) passed: the exchange was abandoned; " +
+			"the request was admitted and may or may not have reached the upstream"
+	case notSent:
 		detail = "the upstream could not be reached: the request was admitted but not sent to it"
 	}
 	return &problem{

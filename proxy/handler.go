@@ -41,6 +41,17 @@ type Options struct {
 	// moment the handler starts; past it the read fails and nothing more of
 	// the body reaches the upstream. If zero, 60s.
 	BodyTimeout time.Duration
+	// UpstreamTimeout bounds every admitted request from its admission to
+	// the end of its response (FENCE_UPSTREAM_TIMEOUT); past it the upstream
+	// exchange is abandoned. It is also the in-flight deadline of the drain
+	// barrier. If zero, 30s.
+	UpstreamTimeout time.Duration
+	// NoDrain turns the drain barrier off for every route (FENCE_DRAIN=off).
+	NoDrain bool
+	// DrainTimeout bounds one wait at the barrier (FENCE_DRAIN_TIMEOUT);
+	// past it the request gets 503 drain-timeout. Zero: wait until the older
+	// requests end or reach their deadlines.
+	DrainTimeout time.Duration
 }
 
 // Proxy is the fencing reverse proxy, an http.Handler.
@@ -51,8 +62,11 @@ type Proxy struct {
 	sequenceHeader string
 	storeTimeout   time.Duration
 	bodyTimeout    time.Duration
-	deadlines      *sharedDeadline
-	log            *zap.Logger
+	// upstreamTimeout and drainTimeout: see Options.
+	upstreamTimeout time.Duration
+	drainTimeout    time.Duration
+	deadlines       *sharedDeadline
+	log             *zap.Logger
 	// outageLog logs the refusals of a store that does not answer through
 	// zap's sampler: during an outage every fenced request is refused, and
 	// one line each would flood the log (and its disk) with the same news.
@@ -92,6 +106,9 @@ func New(o Options) (*Proxy, error) {
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = 60 * time.Second
 	}
+	if o.UpstreamTimeout <= 0 {
+		o.UpstreamTimeout = 30 * time.Second
+	}
 	th := http.CanonicalHeaderKey(o.TokenHeader)
 	sh := http.CanonicalHeaderKey(o.SequenceHeader)
 	if th == sh {
@@ -106,16 +123,19 @@ func New(o Options) (*Proxy, error) {
 	// per-request context value.
 	for _, r := range rt.all() {
 		r.forward = newForwarder(o.Upstream, o.Transport, o.Logger.With(zap.String("route", r.name)), r.metrics, r.name)
+		r.drain = r.drain && !o.NoDrain
 	}
 	p := &Proxy{
-		router:         rt,
-		store:          o.Store,
-		tokenHeader:    th,
-		sequenceHeader: sh,
-		storeTimeout:   o.StoreTimeout,
-		bodyTimeout:    o.BodyTimeout,
-		deadlines:      newSharedDeadline(o.StoreTimeout),
-		log:            o.Logger,
+		router:          rt,
+		store:           o.Store,
+		tokenHeader:     th,
+		sequenceHeader:  sh,
+		storeTimeout:    o.StoreTimeout,
+		bodyTimeout:     o.BodyTimeout,
+		upstreamTimeout: o.UpstreamTimeout,
+		drainTimeout:    o.DrainTimeout,
+		deadlines:       newSharedDeadline(o.StoreTimeout),
+		log:             o.Logger,
 		outageLog: o.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 			return zapcore.NewSamplerWithOptions(c, time.Second, outageLogFirst, outageLogThereafter)
 		})),
@@ -249,6 +269,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	a := fencestore.Admission{Resource: resource, Token: token, Sequence: seq, HasSequence: hasSeq, Compare: rt.compare}
+	if rt.drain {
+		a.Flight = p.upstreamTimeout
+	}
 	start := time.Now()
 	d, err := p.store.Admit(p.deadlines.context(start), a)
 	elapsed := time.Since(start)
@@ -295,7 +318,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			ce.Write(fields...)
 		}
-		p.serveForward(w, r, rt, canon, trailing)
+		p.forwardAdmitted(w, r, rt, canon, trailing, start, a, d)
 	}
 }
 

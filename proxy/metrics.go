@@ -32,6 +32,22 @@ var decisionNames = [numDecisions]string{
 
 func (d decision) String() string { return decisionNames[d] }
 
+// drainOutcome is how an admitted request passed the drain barrier, the
+// "outcome" label of fenceproxy_drain_total.
+type drainOutcome uint8
+
+const (
+	drainNone    drainOutcome = iota // nothing older was in flight
+	drainWaited                      // it waited until the older requests ended
+	drainExpired                     // an older request reached its deadline instead
+	drainTimeout                     // FENCE_DRAIN_TIMEOUT (or its own deadline) ended the wait: not forwarded
+	numDrainOutcomes
+)
+
+var drainOutcomeNames = [numDrainOutcomes]string{
+	drainNone: "none", drainWaited: "waited", drainExpired: "expired", drainTimeout: "timeout",
+}
+
 // Metrics holds fenceproxy's Prometheus collectors. Create it once per
 // process with NewMetrics and hand it to New and NewAdmin.
 type Metrics struct {
@@ -39,6 +55,8 @@ type Metrics struct {
 	requests       *prometheus.CounterVec
 	admission      *prometheus.HistogramVec
 	upstreamErrors *prometheus.CounterVec
+	drainWait      *prometheus.HistogramVec
+	drain          *prometheus.CounterVec
 }
 
 // NewMetrics registers fenceproxy's collectors, plus the Go runtime and
@@ -61,8 +79,18 @@ func NewMetrics() *Metrics {
 			Name: "fenceproxy_upstream_errors_total",
 			Help: "Forwarded requests that got no response from the upstream (answered 502 or 504), by route.",
 		}, []string{"route"}),
+		drainWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fenceproxy_drain_wait_seconds",
+			Help: "Time admitted requests waited at the drain barrier for older requests of their resource to end, by route (only requests that waited).",
+			// From a wake on the same host to the default 30s upstream deadline.
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route"}),
+		drain: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_drain_total",
+			Help: "Admitted requests at the drain barrier by route and outcome: none (nothing older in flight), waited, expired (an older request reached its deadline), timeout (not forwarded).",
+		}, []string{"route", "outcome"}),
 	}
-	m.Registry.MustRegister(m.requests, m.admission, m.upstreamErrors,
+	m.Registry.MustRegister(m.requests, m.admission, m.upstreamErrors, m.drainWait, m.drain,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -75,6 +103,8 @@ type routeMetrics struct {
 	stale          prometheus.Observer
 	unavailable    prometheus.Observer
 	upstreamErrors prometheus.Counter
+	drainWait      prometheus.Observer
+	drain          [numDrainOutcomes]prometheus.Counter
 }
 
 func (m *Metrics) forRoute(name string) *routeMetrics {
@@ -83,6 +113,10 @@ func (m *Metrics) forRoute(name string) *routeMetrics {
 		stale:          m.admission.WithLabelValues(name, decStale.String()),
 		unavailable:    m.admission.WithLabelValues(name, decUnavailable.String()),
 		upstreamErrors: m.upstreamErrors.WithLabelValues(name),
+		drainWait:      m.drainWait.WithLabelValues(name),
+	}
+	for o := drainOutcome(0); o < numDrainOutcomes; o++ {
+		rm.drain[o] = m.drain.WithLabelValues(name, drainOutcomeNames[o])
 	}
 	for d := decision(0); d < numDecisions; d++ {
 		// Touching every series makes each one visible at 0 from the start, so

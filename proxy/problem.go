@@ -18,6 +18,9 @@ const (
 	TypeStaleSequence     = "urn:fenceproxy:stale-sequence"
 	TypeSequenceRequired  = "urn:fenceproxy:sequence-required"
 	TypeSequenceMalformed = "urn:fenceproxy:sequence-malformed"
+	// An admitted request that waited FENCE_DRAIN_TIMEOUT at the drain
+	// barrier for older requests to end: 503, nothing forwarded.
+	TypeDrainTimeout = "urn:fenceproxy:drain-timeout"
 )
 
 // problem is one RFC 9457 answer. Token, sequence and marks are decimal

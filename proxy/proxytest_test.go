@@ -102,6 +102,12 @@ routes:
 
 func newFixture(t *testing.T, routesYAML string, store fencestore.Store) *fixture {
 	t.Helper()
+	return newFixtureWith(t, routesYAML, store, nil)
+}
+
+// newFixtureWith is newFixture with Options that opts may change.
+func newFixtureWith(t *testing.T, routesYAML string, store fencestore.Store, opts func(*Options)) *fixture {
+	t.Helper()
 	routes := config.DefaultRoutes()
 	if routesYAML != "" {
 		var err error
@@ -115,7 +121,11 @@ func newFixture(t *testing.T, routesYAML string, store fencestore.Store) *fixtur
 	f := &fixture{t: t, up: newUpstream(t), store: store, metrics: NewMetrics()}
 	u, _ := url.Parse(f.up.URL)
 	f.upstream = u
-	p, err := New(Options{Upstream: u, Routes: routes, Store: store, Metrics: f.metrics})
+	o := Options{Upstream: u, Routes: routes, Store: store, Metrics: f.metrics}
+	if opts != nil {
+		opts(&o)
+	}
+	p, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,9 @@ type route struct {
 	// sequence says whether the route's requests carry a sequence (read from
 	// the sequence header) that orders the requests of one token.
 	sequence config.Sequence
+	// drain: the route's admitted requests take part in the drain barrier
+	// (FENCE_DRAIN on and no drain: false).
+	drain bool
 	// uints are the path parameters typed {name:uint}.
 	uints []string
 	// connHeaders are the headers this route's admission depends on: the
@@ -119,6 +122,7 @@ func newRoute(cr *config.Route, tokenHeader, sequenceHeader string, m *Metrics) 
 		tokenOptional: cr.TokenOptional,
 		uints:         cr.UintParams,
 		sequence:      cr.Sequence,
+		drain:         cr.Fence && !cr.NoDrain,
 		compare:       fencestore.AtLeast,
 		metrics:       m.forRoute(cr.Name),
 	}

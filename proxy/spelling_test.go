@@ -186,9 +186,11 @@ type failingStore struct{ err error }
 func (s failingStore) Admit(context.Context, fencestore.Admission) (fencestore.Decision, error) {
 	return fencestore.Decision{}, s.err
 }
-func (s failingStore) Mark(context.Context, string) (uint64, bool, error) { return 0, false, s.err }
-func (s failingStore) Ping(context.Context) error                         { return s.err }
-func (s failingStore) Close() error                                       { return nil }
+func (s failingStore) Mark(context.Context, string) (uint64, bool, error)     { return 0, false, s.err }
+func (s failingStore) Ping(context.Context) error                             { return s.err }
+func (s failingStore) Drain(context.Context, fencestore.Flight) (bool, error) { return false, s.err }
+func (s failingStore) Release(fencestore.Flight)                              {}
+func (s failingStore) Close() error                                           { return nil }
 
 // A 503 says why in words a client can act on: a store refused as unsafe
 // names the setting; a timeout names the bound; any other failure names

@@ -79,6 +79,12 @@ func inline(req *http.Request) bool {
 }
 
 func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if pastDeadline(req.Context()) {
+		// Checked by the clock before the first byte: an admitted request
+		// whose upstream deadline passed (the process was frozen, say) is no
+		// longer in flight for the other replicas, and must not be sent.
+		return nil, &notSentError{errPastDeadline}
+	}
 	if !canPeek || !inline(req) {
 		// Where an idle connection cannot be looked at (!canPeek), bytes the
 		// upstream sent to it while idle would be read as the next request's
@@ -109,6 +115,12 @@ func (t *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 			return resp, nil
 		}
 		wrote = wrote || c.written > 0
+		if errors.Is(err, errPastDeadline) {
+			if !wrote {
+				err = &notSentError{err}
+			}
+			return nil, err
+		}
 		if cerr := ctx.Err(); cerr != nil {
 			// The deadline we set to unblock the connection shows up as an
 			// i/o timeout; say what really happened, as http.Transport does.
@@ -298,7 +310,10 @@ type upConn struct {
 	written, read int64
 	// readLimit bounds the response header bytes (see maxResponseHeader).
 	readLimit int64
-	peek      peeker
+	// sendBy is the current request's upstream deadline (zero: none): no
+	// write starts after it.
+	sendBy time.Time
+	peek   peeker
 }
 
 var errHeaderTooLarge = errors.New("proxy: upstream response headers exceed 10 MiB")
@@ -317,6 +332,9 @@ func (c *upConn) Read(p []byte) (int, error) {
 }
 
 func (c *upConn) Write(p []byte) (int, error) {
+	if !c.sendBy.IsZero() && !time.Now().Before(c.sendBy) {
+		return 0, errPastDeadline
+	}
 	n, err := c.conn.Write(p)
 	c.written += int64(n)
 	return n, err
@@ -345,6 +363,7 @@ func (c *upConn) roundTrip(t *upstreamTransport, req *http.Request) (*http.Respo
 		return nil, err
 	}
 	c.written, c.read = 0, 0
+	c.sendBy, _ = ctx.Deadline()
 	if err := req.Write(noHeaderFlush{c.bw}); err != nil {
 		return fail(err)
 	}

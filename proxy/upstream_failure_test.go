@@ -15,6 +15,10 @@ import (
 const (
 	detailNotSent = "the upstream could not be reached: the request was admitted but not sent to it"
 	detailMaybe   = "the upstream did not answer: the request was admitted and may or may not have reached it"
+	// The request's own upstream deadline (FENCE_UPSTREAM_TIMEOUT).
+	detailDeadline = "the request's upstream deadline (FENCE_UPSTREAM_TIMEOUT, from admission) passed: the exchange was abandoned; " +
+		"the request was admitted and may or may not have reached the upstream"
+	detailDeadlineNotSent = "the request's upstream deadline (FENCE_UPSTREAM_TIMEOUT, from admission) passed before it was sent: nothing was forwarded"
 )
 
 // Each upstream failure maps to one answer: the status says whether it timed
@@ -34,7 +38,9 @@ func TestUpstreamProblem(t *testing.T) {
 		{"dial refused on a retry, or from another RoundTripper", refused, 502, detailMaybe},
 		{"connection closed without an answer", io.ErrUnexpectedEOF, 502, detailMaybe},
 		{"read timed out", &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, 504, detailMaybe},
-		{"deadline exceeded", context.DeadlineExceeded, 504, detailMaybe},
+		{"deadline exceeded", context.DeadlineExceeded, 504, detailDeadline},
+		{"past the deadline mid-request", errPastDeadline, 504, detailDeadline},
+		{"past the deadline before the first byte", &notSentError{errPastDeadline}, 504, detailDeadlineNotSent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,6 +99,9 @@ func printRoutes(w io.Writer, cfg *config.Config) {
 			if r.TokenOptional {
 				token = "optional"
 			}
+			if r.NoDrain || !cfg.Drain {
+				fence = "on, no drain" // out of the drain barrier
+			}
 		}
 		if sequences {
 			token += "\t" + sequence
@@ -116,6 +119,17 @@ func printRoutes(w io.Writer, cfg *config.Config) {
 	_ = tw.Flush()
 	fmt.Fprintln(w, "A route matches only the methods it lists; a request no route matches gets the default rule,\n"+
 		"and a method the default rule does not list is forwarded unfenced.")
+	drainTimeout := "unset: wait until older requests end or reach their deadlines"
+	if cfg.DrainTimeout > 0 {
+		drainTimeout = cfg.DrainTimeout.String()
+	}
+	if cfg.Drain {
+		fmt.Fprintf(w, "Drain barrier: on (FENCE_DRAIN); an admitted request waits while an older one of its resource is in flight\n"+
+			"  (FENCE_DRAIN_TIMEOUT %s; FENCE_UPSTREAM_TIMEOUT %s).\n", drainTimeout, cfg.UpstreamTimeout)
+	} else {
+		fmt.Fprintf(w, "Drain barrier: off (FENCE_DRAIN=off): an older admitted request can still reach the upstream after a newer one\n"+
+			"  (FENCE_UPSTREAM_TIMEOUT %s).\n", cfg.UpstreamTimeout)
+	}
 }
 
 // checkResult is one line of check --connect.

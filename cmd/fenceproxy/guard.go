@@ -17,7 +17,7 @@ var _ fencestore.Store = (*guardedStore)(nil)
 // anyway (a Service without readiness gating, a port-forward, a sidecar
 // peer) would be admitted against a store that can forget its mark.
 type guardedStore struct {
-	fencestore.Store // Mark, Ping and Close pass through
+	fencestore.Store // Mark, Drain, Release, Ping and Close pass through
 	// unsafe is the refusal in force, nil while the settings are safe. Admit
 	// reads it with one atomic load and returns it as is: no allocation on
 	// the request path.

@@ -57,15 +57,18 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	defer func() { stopWatches(); watches.Wait() }() // before the store closes
 
 	px, err := proxy.New(proxy.Options{
-		Upstream:       cfg.UpstreamURL,
-		Routes:         cfg.Routes,
-		Store:          st.store,
-		TokenHeader:    cfg.TokenHeader,
-		SequenceHeader: cfg.SequenceHeader,
-		StoreTimeout:   cfg.StoreTimeout,
-		BodyTimeout:    cfg.BodyTimeout,
-		Logger:         log.Named("proxy"),
-		Metrics:        metrics,
+		Upstream:        cfg.UpstreamURL,
+		Routes:          cfg.Routes,
+		Store:           st.store,
+		TokenHeader:     cfg.TokenHeader,
+		SequenceHeader:  cfg.SequenceHeader,
+		StoreTimeout:    cfg.StoreTimeout,
+		BodyTimeout:     cfg.BodyTimeout,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		NoDrain:         !cfg.Drain,
+		DrainTimeout:    cfg.DrainTimeout,
+		Logger:          log.Named("proxy"),
+		Metrics:         metrics,
 	})
 	if err != nil {
 		return err

@@ -70,6 +70,8 @@ type Store struct {
 	mu      sync.RWMutex
 	closed  bool
 	stopped chan struct{} // closed when the committer has answered everything
+
+	flights fencestore.LocalFlights
 }
 
 // pending is one admission waiting for the committer.
@@ -128,8 +130,25 @@ func Open(path string, opts Options) (*Store, error) {
 // Admit decides a against its resource's mark and advances it in one bbolt
 // transaction, shared with concurrent admissions. When ctx ends first, Admit
 // returns an error wrapping fencestore.ErrUnavailable at once, but the
-// admission is indeterminate: it stays queued and may still commit.
+// admission is indeterminate: it stays queued and may still commit. With
+// a.Flight it enters the admitted request into the drain barrier, which lives
+// in the process as the store does.
 func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
+	f := s.flights.Begin(a)
+	d, err := s.admit(ctx, a)
+	return s.flights.Settle(f, d, err)
+}
+
+// Drain waits, in the process, until no request ordered before f is in
+// flight.
+func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
+	return s.flights.Drain(ctx, f)
+}
+
+// Release ends f's flight.
+func (s *Store) Release(f fencestore.Flight) { s.flights.Release(f) }
+
+func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}

@@ -18,6 +18,9 @@ type Store struct {
 	mu     sync.Mutex
 	marks  map[string]fencestore.Mark
 	closed bool
+	// flights is the drain barrier: the store lives in one process, so
+	// does the barrier.
+	flights fencestore.LocalFlights
 }
 
 // New returns an empty store.
@@ -26,8 +29,14 @@ func New() *Store {
 }
 
 // Admit decides a against its resource's mark and advances it, under one
-// lock.
+// lock; with a.Flight it enters the admitted request into the barrier.
 func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
+	f := s.flights.Begin(a)
+	d, err := s.admit(ctx, a)
+	return s.flights.Settle(f, d, err)
+}
+
+func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	// The store answers at once, but a caller that has already given up must
 	// get the same answer from every store: unavailable, nothing applied.
 	if err := ctx.Err(); err != nil {
@@ -45,6 +54,15 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	}
 	return d, nil
 }
+
+// Drain waits, in the process, until no request ordered before f is in
+// flight.
+func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
+	return s.flights.Drain(ctx, f)
+}
+
+// Release ends f's flight.
+func (s *Store) Release(f fencestore.Flight) { s.flights.Release(f) }
 
 // Mark returns resource's mark, and false when it has none.
 func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error) {

@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) fencestore.Store) {
 		{"Ping", testPing},
 		{"Context", testContext},
 		{"Concurrent", testConcurrent},
+		{"Barrier", testBarrier},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
