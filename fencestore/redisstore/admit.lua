@@ -1,4 +1,4 @@
--- KEYS[1..N] mark keys; ARGV[1], ARGV[2], ARGV[3] token (canonical decimal uint64), mode ("ge" >=, "gt" >) and sequence ("" for none, else a canonical decimal uint64) of KEYS[1], the same triple for each further key, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT); returns {flag, mark} per key, flattened: 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), or -1 with an error text (a corrupt mark, a key of another type)
+-- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one; ARGV[1], ARGV[2], ARGV[3], ARGV[4] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64) and barrier ("" for none, else "<timeout_ms> <id>") of the first admission, the same four for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT); returns {flag, mark, member, older, expired} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), or -1 with an error text (a corrupt mark, a key of another type); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), expired how many such entries it found past their deadlines and dropped
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
@@ -17,7 +17,21 @@
 -- locale's collation. A stored value of any other shape ("42:", "42:07",
 -- "1:2:3") is a corrupt mark: an error reply for its key, never treated as
 -- absent, so the proxy fails closed.
-
+--
+-- The drain barrier (doc.go). An admitted request with a barrier enters the
+-- in-flight key beside its mark, a sorted set whose scores are all 0 so that
+-- its members sort by their bytes: order (the token in 20 digits, ':', the
+-- sequence in 20 digits or 20 '-' for none: '-' sorts before '0', so no
+-- sequence comes before every sequence), ':', the deadline (Redis TIME in
+-- milliseconds plus the timeout, 15 digits), ':', the id. The entries
+-- ordered before a request are then those below its order (ZRANGEBYLEX),
+-- and an equal order, a prefix of the member, is never below it: equal
+-- orders never wait. The entry goes in before the mark is written, so a
+-- failed entry leaves the mark as it was; the deadline is timed by the
+-- server's clock, not by a replica that may freeze. An admission without a
+-- barrier does not touch its in-flight key: the caller passes the mark key
+-- again in its place, which keeps a Cluster call within one slot whatever
+-- the mark key's name.
 local MAX = '18446744073709551615'
 
 -- cmp returns -1, 0 or 1 as canonical decimal a is below, equal to or above b.
@@ -71,18 +85,89 @@ local function call(...)
   return r
 end
 
-local n = #KEYS
-if n < 1 or (#ARGV ~= 3 * n and #ARGV ~= 3 * n + 1) then
-  return redis.error_reply('ERR fenceproxy: want a token, a mode and a sequence per key')
+-- pad writes canonical decimal s in 20 digits, so that the bytes sort as
+-- the numbers do.
+local function pad(s)
+  return string.rep('0', 20 - #s) .. s
 end
-local w = ARGV[3 * n + 1]
+
+-- millis is the server's clock (TIME) in milliseconds.
+local function millis()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- older reports whether an entry of key ordered before order is in flight
+-- at now (milliseconds), and how many such entries it found past their
+-- deadlines and removed; an error text when a command failed. It stops at
+-- the first live one.
+local function older(key, order, now)
+  local expired = 0
+  while true do
+    local page, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', 0, 16)
+    if err then return nil, expired, err end
+    for _, m in ipairs(page) do
+      local d = tonumber(string.sub(m, 43, 57))
+      if d ~= nil and d > now then
+        return 1, expired
+      end
+      -- Past its deadline (or not an entry at all): it holds nobody back.
+      local _, zerr = call('ZREM', key, m)
+      if zerr then return nil, expired, zerr end
+      expired = expired + 1
+    end
+    if #page < 16 then
+      return 0, expired
+    end
+  end
+end
+
+-- enter puts an entry for the admission (token, seq) into key, in flight for
+-- timeout milliseconds of the server's clock, and keeps key alive at least
+-- that long (and a second more); it returns the member, whether an older
+-- entry is in flight, and the expired ones it dropped, or an error text.
+local function enter(key, token, seq, timeout, id, now)
+  local order = pad(token) .. ':'
+  if seq == '' then
+    order = order .. string.rep('-', 20)
+  else
+    order = order .. pad(seq)
+  end
+  local member = order .. ':' .. string.format('%015.0f', now + timeout) .. ':' .. id
+  local _, err = call('ZADD', key, 0, member)
+  if err then return nil, 0, 0, err end
+  -- Not PEXPIRE GT: it takes a key without a TTL for one that never
+  -- expires, and would leave it so.
+  local keep = timeout + 1000
+  local ttl
+  ttl, err = call('PTTL', key)
+  if not err and ttl < keep then
+    _, err = call('PEXPIRE', key, string.format('%.0f', keep))
+  end
+  local o, expired
+  if not err then
+    o, expired, err = older(key, order, now)
+  end
+  if err then
+    call('ZREM', key, member)
+    return nil, 0, 0, err
+  end
+  return member, o, expired
+end
+
+local n = #KEYS / 2
+if n < 1 or n ~= math.floor(n) or (#ARGV ~= 4 * n and #ARGV ~= 4 * n + 1) then
+  return redis.error_reply('ERR fenceproxy: want a mark key and an in-flight key, and a token, a mode, a sequence and a barrier, per admission')
+end
+local w = ARGV[4 * n + 1]
 if w ~= nil and w ~= 'w' then
   return redis.error_reply('ERR fenceproxy: the optional last argument must be w')
 end
 -- Every argument is checked before anything is written: a bad call writes
 -- nothing.
+local timeouts, ids = {}, {}
 for i = 1, n do
-  local token, mode, seq = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  local token, mode, seq, fl = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i]
   if type(token) ~= 'string' or not canonical(token) then
     return redis.error_reply('ERR fenceproxy: token is not a canonical decimal uint64')
   end
@@ -92,11 +177,22 @@ for i = 1, n do
   if type(seq) ~= 'string' or (seq ~= '' and not canonical(seq)) then
     return redis.error_reply('ERR fenceproxy: sequence is neither empty nor a canonical decimal uint64')
   end
+  if fl ~= '' then
+    -- At most 12 digits: the deadline then stays within 15 digits, and
+    -- exact as a double.
+    local t, id = string.match(fl, '^([1-9][0-9]*) ([0-9A-Za-z]+)$')
+    if t == nil or #t > 12 or #id > 64 then
+      return redis.error_reply('ERR fenceproxy: barrier is neither empty nor "<timeout_ms> <id>"')
+    end
+    timeouts[i], ids[i] = tonumber(t), id
+  end
 end
 
+local now -- the server's clock, read once for the whole call when needed
 local out = {}
 for i = 1, n do
-  local key, token, mode, seq = KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  local key, fkey = KEYS[2 * i - 1], KEYS[2 * i]
+  local token, mode, seq = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1]
   -- pair is the mark this admission sets when admitted.
   local pair = token
   if seq ~= '' then
@@ -136,17 +232,39 @@ for i = 1, n do
       end
     end
   end
+  -- The in-flight entry goes in before the mark is written: an admission
+  -- whose entry fails (the in-flight key of another type, out of memory)
+  -- fails as a whole and leaves the mark as it was.
+  local member, o, expired = '', 0, 0
+  if flag == 1 and timeouts[i] then
+    if now == nil then
+      now = millis()
+    end
+    local m, ferr
+    m, o, expired, ferr = enter(fkey, token, seq, timeouts[i], ids[i], now)
+    if ferr then
+      flag, result, write, o, expired = -1, ferr, nil, 0, 0
+      key = fkey
+    else
+      member = m
+    end
+  end
   if write then
     -- A refused SET (out of memory, an ACL) fails its own key: the decision
     -- would stand on a mark that was not written.
     local _, serr = call('SET', key, write)
     if serr then
-      flag, result = -1, serr
+      flag, result, o, expired = -1, serr, 0, 0
+      if member ~= '' then
+        call('ZREM', fkey, member)
+        member = ''
+      end
     end
   end
   if flag == -1 then
     result = result .. ' at ' .. key
   end
-  out[2 * i - 1], out[2 * i] = flag, result
+  local b = 5 * (i - 1)
+  out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5] = flag, result, member, o, expired
 end
 return out

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // Group commit. While a pipeline of admissions is in flight, new admissions
@@ -19,6 +20,15 @@ import (
 // Each admission keeps its own decision (one EVALSHA each in the pipeline,
 // atomic per key as always) and its own deadline: the caller stops waiting
 // at its ctx's deadline even if its pipeline is slower.
+//
+// Releases of the drain barrier (flight.go) ride the same pipelines, ahead
+// of the admissions: they wait in the store's pending set (pendingReleases),
+// a worker wakes on an admission or a release, and its pipeline carries
+// every release nobody sent yet, and again those on their way in another
+// pipeline whose key one of its admissions enters. So a release made before
+// an admission was queued runs before it is decided, whichever pipelines
+// they ride. Nobody waits for a release; one that fails is logged at debug
+// level, and its entry stays until its deadline.
 
 // DefaultMaxBatch and DefaultPipelines are the batching defaults.
 const (
@@ -31,10 +41,11 @@ var errClosed = errors.New("redisstore: store closed")
 
 type admission struct {
 	ctx   context.Context
-	keys  [1]string
+	keys  [2]string // the mark key and its in-flight key
 	tok   string
 	mode  string
 	seq   string // "" for none
+	fl    string // admit.lua's barrier argument, "" for none
 	reply any
 	err   error
 	done  chan struct{} // buffered 1: the worker never blocks on a gone caller
@@ -52,13 +63,20 @@ type batcher struct {
 	// cluster is client when it is a Cluster client: see execNodes.
 	cluster  *redis.ClusterClient
 	queue    chan *admission
+	pend     *pendingReleases
+	kick     chan struct{} // a release was added to pend
+	channel  string        // release.lua's channel
+	log      *zap.Logger
 	maxBatch int
 	stop     chan struct{} // closed by close: workers drain and exit
 	stopped  chan struct{} // closed once they have
 	wg       sync.WaitGroup
+	// onExec, when set (tests), learns how many admissions and releases
+	// each pipeline carries.
+	onExec func(admissions, releases int)
 }
 
-func newBatcher(client redis.UniversalClient, maxBatch, pipelines int) *batcher {
+func newBatcher(client redis.UniversalClient, maxBatch, pipelines int, pend *pendingReleases, channel string, log *zap.Logger) *batcher {
 	cluster, _ := client.(*redis.ClusterClient)
 	_, ring := client.(*redis.Ring)
 	b := &batcher{
@@ -66,6 +84,10 @@ func newBatcher(client redis.UniversalClient, maxBatch, pipelines int) *batcher 
 		oneCall:  cluster == nil && !ring,
 		cluster:  cluster,
 		queue:    make(chan *admission, maxBatch*pipelines),
+		pend:     pend,
+		kick:     make(chan struct{}, 1),
+		channel:  channel,
+		log:      log,
 		maxBatch: maxBatch,
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -79,14 +101,14 @@ func newBatcher(client redis.UniversalClient, maxBatch, pipelines int) *batcher 
 
 // admit queues one admission and waits for its reply or ctx. The queue is
 // bounded: when it is full the caller waits for room until its deadline.
-func (b *batcher) admit(ctx context.Context, key, tok, mode, seq string) (any, error) {
+func (b *batcher) admit(ctx context.Context, key, fkey, tok, mode, seq, fl string) (any, error) {
 	select {
 	case <-b.stop:
 		return nil, errClosed
 	default:
 	}
 	a := admissionPool.Get().(*admission)
-	a.ctx, a.keys[0], a.tok, a.mode, a.seq = ctx, key, tok, mode, seq
+	a.ctx, a.keys[0], a.keys[1], a.tok, a.mode, a.seq, a.fl = ctx, key, fkey, tok, mode, seq, fl
 	select {
 	case b.queue <- a:
 	case <-ctx.Done():
@@ -114,6 +136,16 @@ func (b *batcher) admit(ctx context.Context, key, tok, mode, seq string) (any, e
 	}
 }
 
+// released wakes a worker for a release just added to the pending set.
+// One added while the store closes may be left there; its entry then stays
+// until its deadline.
+func (b *batcher) released() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
 func (b *batcher) close() {
 	close(b.stop)
 	b.wg.Wait()
@@ -123,11 +155,15 @@ func (b *batcher) close() {
 func (b *batcher) run() {
 	defer b.wg.Done()
 	batch := make([]*admission, 0, b.maxBatch)
+	var rels []release
+	var fkeys map[string]bool
 	cmds := make([]*redis.Cmd, 0, b.maxBatch)
 	for {
+		batch = batch[:0]
 		select {
 		case a := <-b.queue:
-			batch = append(batch[:0], a)
+			batch = append(batch, a)
+		case <-b.kick:
 		case <-b.stop:
 			b.drain()
 			return
@@ -141,25 +177,53 @@ func (b *batcher) run() {
 				break fill
 			}
 		}
-		cmds = b.exec(batch, cmds[:0])
+		// Taken only now, after the admissions: a release made before one
+		// of them was queued is in the set, or done.
+		clear(fkeys)
+		for _, a := range batch {
+			if a.fl != "" {
+				if fkeys == nil {
+					fkeys = make(map[string]bool)
+				}
+				fkeys[a.keys[1]] = true
+			}
+		}
+		var own int
+		rels, own = b.pend.take(rels[:0], fkeys)
+		cmds = b.exec(batch, rels, cmds[:0])
+		b.pend.done(rels[:own])
 	}
 }
 
-// drain answers whatever is still queued at close.
+// drain answers whatever admission is still queued at close, and sends the
+// releases still queued (the client is still open).
 func (b *batcher) drain() {
+admissions:
 	for {
 		select {
 		case a := <-b.queue:
 			a.err = errClosed
 			a.done <- struct{}{}
 		default:
-			return
+			break admissions
 		}
+	}
+	if rels, own := b.pend.take(nil, nil); own > 0 {
+		b.exec(nil, rels, nil)
+		b.pend.done(rels)
 	}
 }
 
-// exec sends one pipeline for batch and answers each admission.
-func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
+// releaseFailed logs a release that did not run: its entry stays until its
+// deadline, which holds the later requests of its resource back at most
+// that long. Debug level: the admissions of a store that fails fail too,
+// and say so louder.
+func (b *batcher) releaseFailed(key string, err error) {
+	b.log.Debug("drain release failed; its entry stays until its deadline", zap.String("key", key), zap.Error(err))
+}
+
+// exec sends one pipeline for batch and rels, and answers each admission.
+func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) []*redis.Cmd {
 	// An admission whose caller already gave up is not sent: it was
 	// answered 503, and not running it keeps the mark from advancing for it.
 	live := batch[:0]
@@ -180,10 +244,17 @@ func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
 			deadline = d
 		}
 	}
-	if len(live) == 0 {
+	if len(live) == 0 && len(rels) == 0 {
 		return cmds
 	}
+	if b.onExec != nil {
+		b.onExec(len(live), len(rels))
+	}
 	ctx := context.Background()
+	if len(live) == 0 {
+		// Releases alone: nobody waits, a bound of their own.
+		deadline, unbounded = time.Now().Add(releaseTimeout), false
+	}
 	if !unbounded {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
@@ -191,11 +262,11 @@ func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
 	}
 	switch {
 	case b.oneCall:
-		execOne(ctx, b.client, live)
+		b.execOne(ctx, live, rels)
 	case b.cluster != nil:
-		execNodes(ctx, b.cluster, live)
+		b.execNodes(ctx, live, rels)
 	default:
-		cmds = execPipeline(ctx, b.client, live, cmds)
+		cmds = b.execPipeline(ctx, b.client, live, rels, cmds)
 	}
 	for _, a := range live {
 		a.done <- struct{}{}
@@ -203,83 +274,224 @@ func (b *batcher) exec(batch []*admission, cmds []*redis.Cmd) []*redis.Cmd {
 	return cmds
 }
 
-// execPipeline pipelines one EVALSHA per admission of live on p and sets
-// each admission's reply.
-func execPipeline(ctx context.Context, p pipeliner, live []*admission, cmds []*redis.Cmd) []*redis.Cmd {
+// execPipeline sends rels and live in one pipeline on p (pipelineScripts).
+func (b *batcher) execPipeline(ctx context.Context, p scriptPipeliner, live []*admission, rels []release, cmds []*redis.Cmd) []*redis.Cmd {
+	return pipelineScripts(ctx, p, b.channel, live, rels, cmds, b.releaseFailed)
+}
+
+// pipelineScripts pipelines one EVALSHA of release.lua per release of rels
+// (announcing on channel), then one of admit.lua per admission of live, on
+// p, sets each admission's reply, and reports each release that failed.
+func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, live []*admission, rels []release,
+	cmds []*redis.Cmd, failed func(key string, err error),
+) []*redis.Cmd {
 	pipe := p.Pipeline()
+	var relCmds []*redis.Cmd
+	for _, r := range rels {
+		relCmds = append(relCmds, releaseScript.EvalSha(ctx, pipe, []string{r.key}, r.member, channel))
+	}
 	for _, a := range live {
-		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, a.keys[:], a.tok, a.mode, a.seq))
+		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, a.keys[:], a.tok, a.mode, a.seq, a.fl))
 	}
 	_, _ = pipe.Exec(ctx) // each command keeps its own error
 
 	// NOSCRIPT (a restarted or flushed server): the script did not run for
 	// those, so running them again with EVAL is safe, and caches it.
 	var retry redis.Pipeliner
+	var late map[string]bool
+	for i, c := range relCmds {
+		if isNoScript(c.Err()) {
+			if retry == nil {
+				retry = p.Pipeline()
+			}
+			relCmds[i] = releaseScript.Eval(ctx, retry, []string{rels[i].key}, rels[i].member, channel)
+			if late == nil {
+				late = make(map[string]bool)
+			}
+			late[rels[i].key] = true
+		}
+	}
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
 			if retry == nil {
 				retry = p.Pipeline()
 			}
-			cmds[i] = admitScript.Eval(ctx, retry, live[i].keys[:], live[i].tok, live[i].mode, live[i].seq)
+			a := live[i]
+			cmds[i] = admitScript.Eval(ctx, retry, a.keys[:], a.tok, a.mode, a.seq, a.fl)
 		}
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
+	for i, c := range relCmds {
+		if err := c.Err(); err != nil {
+			failed(rels[i].key, err)
+		}
+	}
 	for i, a := range live {
 		a.reply, a.err = cmds[i].Result()
 		cmds[i] = nil
 	}
+	recheck(ctx, p, live, late)
 	return cmds
 }
 
-// execNodes admits live on a cluster: it pipelines each admission to the
-// master that owns its key on that node's own client, never on the
-// ClusterClient's pipeline, which re-sends a batch after a lost connection
-// (up to MaxRedirects times, whatever MaxRetries says): an admission that
-// had run would run again, and a ">" one then be refused by its own mark. A
-// node client retries as MaxRetries allows, which New wants at -1 (none).
+// scriptPipeliner runs scripts, alone or in pipelines.
+type scriptPipeliner interface {
+	pipeliner
+	redis.Scripter
+}
+
+// recheck asks check.lua again whether an entry ordered before it is in
+// flight, for each admission of live that found one and entered a key of
+// late: a release of that key meant to run ahead of it ran after it (its
+// EVALSHA met NOSCRIPT, and EVAL ran it later), so the answer may be out of
+// date. A look that fails leaves the answer as it was: a Drain that waits
+// when it need not, never an admission that should have waited.
+func recheck(ctx context.Context, c redis.Scripter, live []*admission, late map[string]bool) {
+	if len(late) == 0 {
+		return
+	}
+	for _, a := range live {
+		r, ok := a.reply.([]any)
+		if a.err != nil || !ok || len(r) != 5 || !late[a.keys[1]] || r[3] != int64(1) {
+			continue
+		}
+		member, _ := r[2].(string)
+		res, err := checkScript.Run(ctx, c, []string{a.keys[1]}, member).Int64Slice()
+		if err != nil || len(res) != 3 {
+			continue
+		}
+		r[3] = res[0]
+		if n, ok := r[4].(int64); ok {
+			r[4] = n + res[1]
+		}
+	}
+}
+
+// execNodes admits live and releases rels on a cluster: it pipelines each
+// admission to the master that owns its key on that node's own client,
+// never on the ClusterClient's pipeline, which re-sends a batch after a lost
+// connection (up to MaxRedirects times, whatever MaxRetries says): an
+// admission that had run would run again, and a ">" one then be refused by
+// its own mark. A node client retries as MaxRetries allows, which New wants
+// at -1 (none). An admission's two keys share a slot (flightKey), so one
+// node has both; the releases go one per key, since one script run may
+// touch one slot only.
 //
 // A redirection (MOVED, ASK: the slot is elsewhere, or moving) is answered
 // as the error it is; the script did not run. Following it would take a
 // client for an address the ClusterClient does not lend out.
-func execNodes(ctx context.Context, cluster *redis.ClusterClient, live []*admission) {
-	groups := make(map[*redis.Client][]*admission)
+func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []release) {
+	type group struct {
+		live []*admission
+		rels []release
+	}
+	groups := make(map[*redis.Client]*group)
+	groupFor := func(key string) (*group, error) {
+		node, err := b.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		g := groups[node]
+		if g == nil {
+			g = &group{}
+			groups[node] = g
+		}
+		return g, nil
+	}
+	for _, r := range rels {
+		g, err := groupFor(r.key)
+		if err != nil {
+			b.releaseFailed(r.key, err)
+			continue
+		}
+		g.rels = append(g.rels, r)
+	}
 	for _, a := range live {
-		node, err := cluster.MasterForKey(ctx, a.keys[0])
+		g, err := groupFor(a.keys[0])
 		if err != nil {
 			a.err = err
 			continue
 		}
-		groups[node] = append(groups[node], a)
+		g.live = append(g.live, a)
 	}
 	var wg sync.WaitGroup
-	for node, group := range groups {
-		wg.Go(func() { execPipeline(ctx, node, group, make([]*redis.Cmd, 0, len(group))) })
+	for node, g := range groups {
+		wg.Go(func() { b.execPipeline(ctx, node, g.live, g.rels, make([]*redis.Cmd, 0, len(g.live))) })
 	}
 	wg.Wait()
 }
 
-// execOne admits live with one run of the script over all their keys, in
-// queue order; the reply holds a {flag, mark} pair per admission.
-func execOne(ctx context.Context, c redis.Scripter, live []*admission) {
-	keys := make([]string, len(live))
-	args := make([]any, 0, 3*len(live))
-	for i, a := range live {
-		keys[i] = a.keys[0]
-		args = append(args, a.tok, a.mode, a.seq)
+// execOne releases rels with one run of release.lua and admits live with
+// one run of admit.lua over all their keys, in queue order, in one
+// pipeline; admit.lua's reply holds a {flag, mark, member, older, expired}
+// group per admission.
+func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release) {
+	pipe := b.client.Pipeline()
+	var relKeys []string
+	var relArgs []any
+	var release, admit *redis.Cmd
+	if len(rels) > 0 {
+		relKeys = make([]string, len(rels))
+		relArgs = make([]any, 0, len(rels)+1)
+		for i, r := range rels {
+			relKeys[i] = r.key
+			relArgs = append(relArgs, r.member)
+		}
+		relArgs = append(relArgs, b.channel)
+		release = releaseScript.EvalSha(ctx, pipe, relKeys, relArgs...)
 	}
-	// Run is EVALSHA, and EVAL when the server answers NOSCRIPT (the script
-	// did not run then, so running it again is safe).
-	reply, err := admitScript.Run(ctx, c, keys, args...).Slice()
-	if err == nil && len(reply) != 2*len(live) {
+	keys := make([]string, 0, 2*len(live))
+	args := make([]any, 0, 4*len(live))
+	for _, a := range live {
+		keys = append(keys, a.keys[0], a.keys[1])
+		args = append(args, a.tok, a.mode, a.seq, a.fl)
+	}
+	if len(live) > 0 {
+		admit = admitScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+
+	// NOSCRIPT: the script did not run, so running it again with EVAL is
+	// safe, and caches it.
+	var retry redis.Pipeliner
+	var late map[string]bool
+	if release != nil && isNoScript(release.Err()) {
+		retry = b.client.Pipeline()
+		release = releaseScript.Eval(ctx, retry, relKeys, relArgs...)
+		late = make(map[string]bool, len(relKeys))
+		for _, k := range relKeys {
+			late[k] = true
+		}
+	}
+	if admit != nil && isNoScript(admit.Err()) {
+		if retry == nil {
+			retry = b.client.Pipeline()
+		}
+		admit = admitScript.Eval(ctx, retry, keys, args...)
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	if release != nil {
+		if err := release.Err(); err != nil {
+			b.releaseFailed(fmt.Sprintf("%d keys", len(rels)), err)
+		}
+	}
+	if admit == nil {
+		return
+	}
+	reply, err := admit.Slice()
+	if err == nil && len(reply) != 5*len(live) {
 		err = fmt.Errorf("redisstore: batch of %d got %d replies", len(live), len(reply))
 	}
 	for i, a := range live {
 		if err != nil {
 			a.err = err
 		} else {
-			a.reply = reply[2*i : 2*i+2]
+			a.reply = reply[5*i : 5*i+5]
 		}
 	}
+	recheck(ctx, b.client, live, late)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
@@ -47,9 +48,9 @@ func TestBatchForeignKey(t *testing.T) {
 			// queued, so that they all go out in one script run.
 			client := redis.NewClient(srv.Options())
 			b := &batcher{client: client, oneCall: true, queue: make(chan *admission, 16), maxBatch: 16,
-				stop: make(chan struct{}), stopped: make(chan struct{})}
+				log: zap.NewNop(), stop: make(chan struct{}), stopped: make(chan struct{})}
 			s := New(client, Options{KeyPrefix: prefix, MaxBatch: -1})
-			s.batch = b
+			s.batch, b.pend = b, s.pend
 			defer s.Close()
 
 			resources := []string{"a", "b", "foreign", "c", "d"}

@@ -1,12 +1,13 @@
 // Package redisstore is the fencestore.Store for Redis: one string key per
-// resource, KeyPrefix+resource, holding the mark with no TTL, advanced by one
+// resource, KeyPrefix+resource, holding the mark with no TTL (and, for the
+// drain barrier, an in-flight key beside it: see below), advanced by one
 // Lua script (admit.lua, EVALSHA with EVAL on NOSCRIPT) so that each admission
 // is atomic on the server. The value is the mark's stored form
 // (fencestore.ParseMarkValue): the token as a canonical decimal, followed,
 // once a request with a sequence was admitted with that token, by ':' and
 // the sequence ("42" or "42:7"). So GET still begins with the token, and the
-// sequence shares the token's key: one key per resource, on a Redis Cluster
-// too, with no hash tags. Admissions decide as fencestore.Admission.Decide
+// sequence shares the token's key: one mark key per resource, on a Redis
+// Cluster too, with no hash tags. Admissions decide as fencestore.Admission.Decide
 // does. Comparison is exact over the whole uint64 range because the script
 // compares decimal strings by length and then byte by byte, token first and
 // then sequence, never as Lua numbers (doubles); a stored value of any other
@@ -31,4 +32,57 @@
 // small (go-redis tries 5 times, 100ms apart, by default); the deadline holds
 // either way. A key of another type under the prefix (a hash, say) fails its
 // own admissions only, batched or not.
+//
+// The drain barrier (fencestore.Flight; flight.go). An admission with
+// Admission.Flight enters the admitted request, in the same script run, into
+// the in-flight key beside its mark: KeyPrefix+resource+":inflight" when the
+// mark key has a hash tag (Redis's rule: the first '{', then the first '}'
+// after it, something between: `fence:orders/{42}:inflight`), else
+// "{"+KeyPrefix+resource+"}:inflight" when the mark key has no '}' at all
+// (`{fence:orders/42}:inflight`: the whole mark key is its tag, so both hash
+// alike). Either way the two keys share a Cluster slot (and a Ring shard),
+// as a script's keys must. A mark key with a '}' but no tag ("a{}b", "x}y")
+// hashes whole, and no other name hashes as it does: on a Cluster or Ring
+// client its admissions with the barrier fail closed (an error wrapping
+// fencestore.ErrUnavailable that says so; nothing is written), without the
+// barrier they are as before; on a single server (plain, Sentinel) the
+// second form is used anyway. The in-flight key is a sorted set, every
+// score 0, so that members sort by their bytes: the order (the token in 20
+// digits, ':', the sequence in 20 digits or 20 '-' for none), ':', the
+// deadline (the server's TIME in milliseconds plus the flight, 15 digits),
+// ':', an id (a random prefix per Store, and a count). ZRANGEBYLEX below a
+// request's order lists the requests ordered before it; an entry past its
+// deadline is removed when found, so a dead or frozen replica holds the
+// others back until the deadlines of its requests, timed by Redis's clock.
+// The key's TTL is kept at least the longest flight entered in it, plus a
+// second, so an abandoned key goes away by itself. The in-flight names are
+// taken: a resource whose mark key is another's in-flight key (a resource
+// named "orders/{42}:inflight") fails closed (WRONGTYPE) on one of the two;
+// and with a KeyPrefix that is empty or begins with '{', a resource named
+// "{x}" shares resource "x"'s in-flight key, so each may wait for the other
+// (never less than it should).
+//
+// Release removes the entry (release.lua), riding the next group-commit
+// pipeline, or on a goroutine of its own without batching; nobody waits for
+// it, and a release that fails leaves its entry until its deadline. A
+// release made before an admission is queued runs before that admission is
+// decided: until it is known to have run, an admission that enters its key
+// carries it again, ahead of itself. When the removed entry was ordered
+// before another still in the key, the release publishes the key's name on
+// the channel KeyPrefix+"inflight" (`fence:inflight`). Drain runs check.lua
+// until nothing older is in flight, and waits in between for a message
+// naming its key (one subscription per Store, made on its first Drain) or,
+// at the latest, the earlier of Options.DrainPoll (DefaultDrainPoll, 250ms)
+// and the earliest older deadline. A message lost (a reconnect, which also
+// wakes every Drain to look again) costs at most that wait. On a Cluster,
+// PUBLISH reaches every node, so one subscription hears all releases. On a
+// Ring, a release is published on its key's shard, and the store subscribes
+// on the one shard that its channel's name maps to: a Drain for a key on
+// another shard wakes by its timer, DrainPoll at the latest.
+//
+// In-flight keys carry a TTL, so a volatile-* maxmemory-policy may evict
+// them under memory pressure: that forgets requests in flight (later ones
+// go on without waiting for them), which weakens the barrier but never the
+// mark, which has no TTL. noeviction instead refuses the entries' writes,
+// and those admissions fail, closed.
 package redisstore

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,9 @@ type Options struct {
 	// Pipelines is how many batches may be in flight at once. Zero means
 	// DefaultPipelines.
 	Pipelines int
+	// DrainPoll is how often a Drain that nothing woke looks again (see
+	// flight.go). Zero means DefaultDrainPoll.
+	DrainPoll time.Duration
 }
 
 // Store is a fencestore.Store in Redis.
@@ -63,6 +67,32 @@ type Store struct {
 	waitTimeout time.Duration
 	log         *zap.Logger
 	batch       *batcher // nil: one round trip per admission
+
+	// The drain barrier (flight.go). channel carries the releases Drains
+	// wait for; entry ids are idPrefix and a count.
+	channel   string
+	pend      *pendingReleases
+	idPrefix  string
+	ids       atomic.Uint64
+	drainPoll time.Duration
+	// wmu guards waiters: the wakeup of each in-flight key some Drain
+	// watches.
+	wmu     sync.Mutex
+	waiters map[string]*wakeup
+	// The subscription to channel, made on the first Drain; listening is
+	// closed once it holds (or once listen stopped waiting for it).
+	listenOnce    sync.Once
+	listeningOnce sync.Once
+	listening     chan struct{}
+	listenTimer   *time.Timer
+	// mu guards closed, pubsub and bg.Add: Close waits for bg (the
+	// subscription, releases on goroutines of their own) once nothing can
+	// add to it.
+	mu     sync.Mutex
+	closed bool
+	pubsub *redis.PubSub
+	bg     sync.WaitGroup
+	done   chan struct{} // closed by Close: Drains stop waiting
 
 	closeOnce sync.Once
 	closeErr  error
@@ -83,12 +113,22 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	// WAIT takes milliseconds, and "WAIT n 0" blocks for ever: never let a
 	// sub-millisecond timeout round down to 0.
 	wait = (wait + time.Millisecond - 1).Truncate(time.Millisecond)
+	poll := opts.DrainPoll
+	if poll <= 0 {
+		poll = DefaultDrainPoll
+	}
 	s := &Store{
 		client:      client,
 		prefix:      opts.KeyPrefix,
 		minReplicas: opts.MinReplicas,
 		waitTimeout: wait,
 		log:         log.Named("redisstore"),
+		channel:     opts.KeyPrefix + "inflight",
+		pend:        &pendingReleases{max: maxPendingReleases},
+		idPrefix:    newFlightIDs(),
+		drainPoll:   poll,
+		listening:   make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	s.checkClient()
 	if opts.MaxBatch >= 0 && opts.MinReplicas <= 0 {
@@ -99,7 +139,8 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		if pipelines <= 0 {
 			pipelines = DefaultPipelines
 		}
-		s.batch = newBatcher(client, maxBatch, pipelines)
+		s.pend.max = max(maxPendingReleases, 4*maxBatch*pipelines)
+		s.batch = newBatcher(client, maxBatch, pipelines, s.pend, s.channel, s.log)
 	}
 	return s
 }
@@ -141,6 +182,19 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
 	key := s.prefix + a.Resource
+	fkey, sameSlot := flightKey(key)
+	fl := s.barrierArg(a)
+	switch {
+	case fl == "":
+		// The script does not touch the in-flight key, but a Cluster
+		// still refuses keys of two slots (CROSSSLOT): the mark key
+		// again stands in for it.
+		fkey = key
+	case !sameSlot && s.sharded():
+		// The script would touch keys of two slots: Cluster refuses it,
+		// and a Ring may send it where one of them is not.
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, errNoFlightSlot))
+	}
 	mode := "ge"
 	if a.Compare == fencestore.Greater {
 		mode = "gt"
@@ -157,28 +211,36 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	)
 	switch {
 	case s.minReplicas > 0:
-		reply, wait, err = s.admitAndWait(ctx, key, tok, mode, seq)
+		reply, wait, err = s.admitAndWait(ctx, key, fkey, tok, mode, seq, fl)
 	case s.batch != nil:
-		reply, err = s.batch.admit(ctx, key, tok, mode, seq)
+		reply, err = s.batch.admit(ctx, key, fkey, tok, mode, seq, fl)
 	default:
-		reply, err = s.run(ctx, key, tok, mode, seq)
+		reply, err = s.run(ctx, key, fkey, tok, mode, seq, fl)
 	}
 	if err != nil {
 		s.refreshSlots()
+		if ctx.Err() != nil || isTimeout(err) {
+			s.abandon(a, fkey, fl)
+		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
-	d, err := parseReply(reply, a)
+	d, err := parseReply(reply, a, fkey)
 	if err != nil {
+		s.abandon(a, fkey, fl)
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
 	if wait == nil {
 		return d, nil
 	}
+	// A decision WAIT does not stand behind is an error: its entry, if it
+	// made one, holds nobody back any longer.
 	acked, err := wait.Result()
 	if err != nil {
+		s.Release(d.Flight)
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: WAIT: %w", key, err))
 	}
 	if acked < int64(s.minReplicas) {
+		s.Release(d.Flight)
 		return fencestore.Decision{}, fencestore.Unavailable(&ReplicaAckError{
 			Key: key, Acked: int(acked), Want: s.minReplicas, Timeout: s.waitTimeout,
 		})
@@ -186,12 +248,15 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	return d, nil
 }
 
-// run admits key with one script run. On a cluster it runs on the node
-// client of the key's master, for the reason execNodes gives: the
-// ClusterClient's own Process re-sends a command after a network error (up
-// to MaxRedirects times, whatever MaxRetries says).
-func (s *Store) run(ctx context.Context, key, tok, mode, seq string) (any, error) {
-	var c redis.Scripter = s.client
+// run admits key (with fkey, its in-flight key) with one script run. On a
+// cluster it runs on the node client of the key's master, for the reason
+// execNodes gives: the ClusterClient's own Process re-sends a command after
+// a network error (up to MaxRedirects times, whatever MaxRetries says).
+//
+// The releases of fkey still pending go ahead of it in one pipeline, so
+// that a release made before the admission runs before it.
+func (s *Store) run(ctx context.Context, key, fkey, tok, mode, seq, fl string) (any, error) {
+	var c scriptPipeliner = s.client
 	if cluster, ok := s.client.(*redis.ClusterClient); ok {
 		node, err := cluster.MasterForKey(ctx, key)
 		if err != nil {
@@ -199,7 +264,21 @@ func (s *Store) run(ctx context.Context, key, tok, mode, seq string) (any, error
 		}
 		c = node
 	}
-	return admitScript.Run(ctx, c, []string{key}, tok, mode, seq).Result()
+	var rels []release
+	if fl != "" {
+		rels = s.pend.forKey(nil, fkey)
+	}
+	if len(rels) == 0 {
+		return admitScript.Run(ctx, c, []string{key, fkey}, tok, mode, seq, fl).Result()
+	}
+	a := &admission{keys: [2]string{key, fkey}, tok: tok, mode: mode, seq: seq, fl: fl}
+	pipelineScripts(ctx, c, s.channel, []*admission{a}, rels, nil, s.releaseFailed)
+	return a.reply, a.err
+}
+
+// releaseFailed logs a release that did not run (batcher.releaseFailed).
+func (s *Store) releaseFailed(key string, err error) {
+	s.log.Debug("drain release failed; its entry stays until its deadline", zap.String("key", key), zap.Error(err))
 }
 
 // refreshSlots asks a cluster client for a fresh slot map after an admission
@@ -218,20 +297,33 @@ func (s *Store) refreshSlots() {
 // connection. The script always writes ("w"), so the count also covers a mark
 // that an equal token relied on, or a refusal reported, and another
 // connection wrote.
-func (s *Store) admitAndWait(ctx context.Context, key, tok, mode, seq string) (any, *redis.IntCmd, error) {
-	keys := []string{key}
+func (s *Store) admitAndWait(ctx context.Context, key, fkey, tok, mode, seq, fl string) (any, *redis.IntCmd, error) {
+	keys := []string{key, fkey}
 	node, err := s.nodeFor(ctx, key)
 	if err != nil {
 		return nil, nil, err
 	}
 	var script *redis.Cmd
 	var wait *redis.IntCmd
+	// The releases of fkey still pending go first (run says why).
+	var rels []release
+	if fl != "" {
+		rels = s.pend.forKey(nil, fkey)
+	}
+	relCmds := make([]*redis.Cmd, len(rels))
 	for _, eval := range []bool{false, true} {
 		pipe := node.Pipeline()
+		for i, r := range rels {
+			if eval {
+				relCmds[i] = releaseScript.Eval(ctx, pipe, []string{r.key}, r.member, s.channel)
+			} else {
+				relCmds[i] = releaseScript.EvalSha(ctx, pipe, []string{r.key}, r.member, s.channel)
+			}
+		}
 		if eval {
-			script = admitScript.Eval(ctx, pipe, keys, tok, mode, seq, "w")
+			script = admitScript.Eval(ctx, pipe, keys, tok, mode, seq, fl, "w")
 		} else {
-			script = admitScript.EvalSha(ctx, pipe, keys, tok, mode, seq, "w")
+			script = admitScript.EvalSha(ctx, pipe, keys, tok, mode, seq, fl, "w")
 		}
 		// Pipeliner lacks Wait; this is the command Client.Wait builds.
 		wait = redis.NewIntCmd(ctx, "wait", s.minReplicas, s.waitTimeout.Milliseconds())
@@ -246,6 +338,21 @@ func (s *Store) admitAndWait(ctx context.Context, key, tok, mode, seq string) (a
 		break
 	}
 	reply, err := script.Result()
+	// A release that met NOSCRIPT did not run ahead of the admission: it
+	// runs now, and the admission looks again (recheck).
+	var late map[string]bool
+	for i, c := range relCmds {
+		if isNoScript(c.Err()) {
+			if err := releaseScript.Run(ctx, node, []string{rels[i].key}, rels[i].member, s.channel).Err(); err != nil {
+				s.releaseFailed(rels[i].key, err)
+			}
+			late = map[string]bool{fkey: true}
+		}
+	}
+	if err == nil && late != nil {
+		a := &admission{keys: [2]string{key, fkey}, fl: fl, reply: reply}
+		recheck(ctx, node, []*admission{a}, late)
+	}
 	return reply, wait, err
 }
 
@@ -257,7 +364,7 @@ func isNoScript(err error) bool {
 // that owns key. A cluster or ring client would route the keyless WAIT to some
 // other node (and a cluster client re-sends the script after a lost reply: see
 // execNodes).
-func (s *Store) nodeFor(ctx context.Context, key string) (pipeliner, error) {
+func (s *Store) nodeFor(ctx context.Context, key string) (scriptPipeliner, error) {
 	switch c := s.client.(type) {
 	case masterForKeyer:
 		return c.MasterForKey(ctx, key)
@@ -285,15 +392,17 @@ var (
 	_ pipeliner      = (*redis.Client)(nil)
 )
 
-// parseReply reads the script's {admitted, mark} reply for a, and rejects one
-// that the script cannot have produced for it: a stale mark reported for an
-// admission, say, would forward a request on a wrong answer. An admission
-// must report a's own pair as the mark, or, for an equal token without a
-// sequence under >=, that token's unchanged mark; a refusal must report a
-// mark that a.Decide refuses.
-func parseReply(reply any, a fencestore.Admission) (fencestore.Decision, error) {
+// parseReply reads the script's {admitted, mark, member, older, expired}
+// reply for a, whose in-flight key is fkey, and rejects one that the script
+// cannot have produced for it: a stale mark reported for an admission, say,
+// would forward a request on a wrong answer. An admission must report a's
+// own pair as the mark, or, for an equal token without a sequence under >=,
+// that token's unchanged mark; a refusal must report a mark that a.Decide
+// refuses. An admission with a barrier must report an entry of its own
+// order, and anything else none.
+func parseReply(reply any, a fencestore.Admission, fkey string) (fencestore.Decision, error) {
 	r, ok := reply.([]any)
-	if !ok || len(r) != 2 {
+	if !ok || len(r) != 5 {
 		return fencestore.Decision{}, fmt.Errorf("unexpected reply %#v", reply)
 	}
 	flag, ok := r[0].(int64)
@@ -322,6 +431,23 @@ func parseReply(reply any, a fencestore.Admission) (fencestore.Decision, error) 
 	} else if refused, _, _ := a.Decide(m, true); refused.Admitted {
 		return fencestore.Decision{}, fmt.Errorf("%s refused by mark %q, which admits it", admissionText(a), text)
 	}
+	member, ok1 := r[2].(string)
+	older, ok2 := r[3].(int64)
+	expired, ok3 := r[4].(int64)
+	if !ok1 || !ok2 || !ok3 || (older != 0 && older != 1) || expired < 0 {
+		return fencestore.Decision{}, fmt.Errorf("unexpected in-flight reply %#v", r[2:])
+	}
+	if !d.Admitted || a.Flight <= 0 {
+		if member != "" || older != 0 || expired != 0 {
+			return fencestore.Decision{}, fmt.Errorf("%s without a barrier entered in flight as %q", admissionText(a), member)
+		}
+		return d, nil
+	}
+	// order:deadline:id, the deadline in 15 digits.
+	if len(member) < 59 || !strings.HasPrefix(member, order41(a.Order())+":") || member[57] != ':' {
+		return fencestore.Decision{}, fmt.Errorf("%s entered in flight as %q", admissionText(a), member)
+	}
+	d.Flight = fencestore.Flight{Older: older == 1, Expired: int(expired), Key: fkey, Ref: member, Order: a.Order()}
 	return d, nil
 }
 
@@ -362,12 +488,24 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the client. Closing twice is harmless.
+// Close closes the client. Closing twice is harmless. The releases still
+// queued are sent first; Drains waiting stop with an error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		if s.batch != nil {
 			s.batch.close()
 		}
+		s.mu.Lock()
+		s.closed = true
+		if s.listenTimer != nil {
+			s.listenTimer.Stop()
+		}
+		if s.pubsub != nil {
+			_ = s.pubsub.Close()
+		}
+		s.mu.Unlock()
+		close(s.done)
+		s.bg.Wait()
 		if err := s.client.Close(); err != nil {
 			s.closeErr = fmt.Errorf("redisstore: close: %w", err)
 		}

@@ -375,7 +375,7 @@ func TestScriptSequences(t *testing.T) {
 		args = append(args, st.token, st.mode, st.seq)
 		want = append(want, st.flag, st.mark)
 	}
-	got, err := c.Eval(ctx, string(src), keys, args...).Slice()
+	got, err := evalMarks(t, c, string(src), keys, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,8 +392,8 @@ func TestScriptSequences(t *testing.T) {
 	// With "w" (for WAIT) every decided key is written: an equal token
 	// without a sequence, and a refusal, rewrite the pair, sequence and all.
 	sets := setCalls(t, c)
-	got, err = c.Eval(ctx, string(src), []string{"pair", "pair", "pair", "bad1"},
-		"6", "ge", "", "6", "ge", "0", "5", "gt", "", "1", "ge", "", "w").Slice()
+	got, err = evalMarks(t, c, string(src), []string{"pair", "pair", "pair", "bad1"},
+		"6", "ge", "", "6", "ge", "0", "5", "gt", "", "1", "ge", "", "w")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,31 +473,76 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ctx := t.Context()
+	one := []string{"args", "{args}:inflight"}
 	for _, args := range [][]any{
-		{"abc", "ge", ""}, {"007", "ge", ""}, {"", "gt", ""}, {"18446744073709551616", "gt", ""}, {"-1", "ge", ""},
-		{"5", "xx", ""}, {"5", "", ""}, {"5", "GE", ""},
-		{"5", "ge", "007"}, {"5", "ge", "-1"}, {"5", "ge", " 1"}, {"5", "ge", "1.5"}, {"5", "ge", "x"},
-		{"5", "ge", "18446744073709551616"}, {"5", "ge", "1:2"}, {"5", "ge", "w"},
-		{"5", "ge", "", "x"}, {"5", "ge", "", "w", "w"},
-		{"5", "ge"}, {"5", "ge", "w"}, // the two-argument form of old
+		{"abc", "ge", "", ""}, {"007", "ge", "", ""}, {"", "gt", "", ""}, {"18446744073709551616", "gt", "", ""}, {"-1", "ge", "", ""},
+		{"5", "xx", "", ""}, {"5", "", "", ""}, {"5", "GE", "", ""},
+		{"5", "ge", "007", ""}, {"5", "ge", "-1", ""}, {"5", "ge", " 1", ""}, {"5", "ge", "1.5", ""}, {"5", "ge", "x", ""},
+		{"5", "ge", "18446744073709551616", ""}, {"5", "ge", "1:2", ""}, {"5", "ge", "w", ""},
+		// The barrier: "" or "<timeout_ms> <id>", at most 12 digits.
+		{"5", "ge", "", "x"}, {"5", "ge", "", "0 a"}, {"5", "ge", "", "1000"}, {"5", "ge", "", "1000 "},
+		{"5", "ge", "", "01000 a"}, {"5", "ge", "", "1000000000000 a"}, {"5", "ge", "", "1000 a b"},
+		{"5", "ge", "", "1000 a:b"}, {"5", "ge", "", "-1 a"}, {"5", "ge", "", " 1000 a"}, {"5", "ge", "", "1.5 a"},
+		{"5", "ge", "", "", "x"}, {"5", "ge", "", "", "w", "w"},
+		{"5", "ge", ""}, {"5", "ge", "", "w"}, {"5", "ge"}, {"5", "ge", "w"}, // the forms of old
 		{"5"}, {},
 	} {
-		if err := c.Eval(ctx, string(src), []string{"args"}, args...).Err(); err == nil {
+		if err := c.Eval(ctx, string(src), one, args...).Err(); err == nil {
 			t.Errorf("EVAL admit.lua %q: no error", args)
 		}
 	}
+	// A mark key without its in-flight key, or three keys.
+	if err := c.Eval(ctx, string(src), []string{"args"}, "5", "ge", "", "").Err(); err == nil {
+		t.Errorf("EVAL admit.lua with one key: no error")
+	}
+	if err := c.Eval(ctx, string(src), []string{"args", "{args}:inflight", "args2"}, "5", "ge", "", "", "6", "ge", "", "").Err(); err == nil {
+		t.Errorf("EVAL admit.lua with three keys: no error")
+	}
 	// A batch with one bad argument writes none of its keys.
+	two := []string{"args", "{args}:inflight", "args2", "{args2}:inflight"}
 	for _, args := range [][]any{
-		{"5", "ge", "", "6", "gt"}, {"5", "ge", "", "6", "gt", "", "7"}, {"5", "ge", "", "007", "gt", ""},
-		{"5", "ge", "", "6", "xx", ""}, {"5", "ge", "1", "6", "gt", "01"}, {"5", "ge", "", "6", "gt", "", "x"},
+		{"5", "ge", "", "", "6", "gt", ""}, {"5", "ge", "", "", "6", "gt", "", "", "7"}, {"5", "ge", "", "", "007", "gt", "", ""},
+		{"5", "ge", "", "", "6", "xx", "", ""}, {"5", "ge", "1", "", "6", "gt", "01", ""}, {"5", "ge", "", "", "6", "gt", "", "", "x"},
+		{"5", "ge", "", "1000 a", "6", "gt", "", "1000"},
 	} {
-		if err := c.Eval(ctx, string(src), []string{"args", "args2"}, args...).Err(); err == nil {
-			t.Errorf("EVAL admit.lua (2 keys) %q: no error", args)
+		if err := c.Eval(ctx, string(src), two, args...).Err(); err == nil {
+			t.Errorf("EVAL admit.lua (2 admissions) %q: no error", args)
 		}
 	}
-	if n, err := c.Exists(ctx, "args", "args2").Result(); err != nil || n != 0 {
+	if n, err := c.Exists(ctx, append(two, "args2")...).Result(); err != nil || n != 0 {
 		t.Errorf("a rejected call wrote a key (EXISTS = %d, %v)", n, err)
 	}
+}
+
+// evalMarks runs admit.lua with a mark key and (token, mode, sequence) per
+// admission (and optionally "w"), without the barrier: it adds each in-flight
+// key and an empty barrier argument, checks that no admission entered the
+// barrier, and returns the {flag, mark} pairs.
+func evalMarks(t *testing.T, c *redis.Client, src string, marks []string, args ...any) ([]any, error) {
+	t.Helper()
+	var keys []string
+	var all []any
+	for i, m := range marks {
+		keys = append(keys, m, "{"+m+"}:inflight")
+		all = append(all, args[3*i:3*i+3]...)
+		all = append(all, "")
+	}
+	all = append(all, args[3*len(marks):]...)
+	r, err := c.Eval(t.Context(), src, keys, all...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(r) != 5*len(marks) {
+		t.Fatalf("admit.lua: %d admissions, %d replies: %v", len(marks), len(r), r)
+	}
+	var out []any
+	for i := range marks {
+		if fl := fmt.Sprint(r[5*i+2 : 5*i+5]); fl != "[ 0 0]" {
+			t.Errorf("admit.lua entered %s in flight without a barrier: %s", marks[i], fl)
+		}
+		out = append(out, r[5*i], r[5*i+1])
+	}
+	return out, nil
 }
 
 // One script run admits a batch: keys in order, each seeing the writes of
@@ -514,8 +559,8 @@ func TestScriptBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.Eval(ctx, string(src), []string{"a", "a", "bad", "b", "a"},
-		"5", "ge", "", "5", "gt", "", "9", "ge", "", "18446744073709551615", "gt", "", "4", "ge", "").Slice()
+	got, err := evalMarks(t, c, string(src), []string{"a", "a", "bad", "b", "a"},
+		"5", "ge", "", "5", "gt", "", "9", "ge", "", "18446744073709551615", "gt", "", "4", "ge", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +598,7 @@ func TestScriptForeignKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		args := append([]any{"5", "gt", "", "1", "ge", "", "7", "gt", "3", "1", "gt", "", "9", "ge", "", "1", "ge", "2", "4", "gt", ""}, w...)
-		got, err := c.Eval(ctx, string(src), []string{"a", "hash", "b", "list", "c", "set", "a"}, args...).Slice()
+		got, err := evalMarks(t, c, string(src), []string{"a", "hash", "b", "list", "c", "set", "a"}, args...)
 		if err != nil {
 			t.Fatalf("EVAL %v: %v; want a reply per key", args, err)
 		}

@@ -72,9 +72,57 @@ func TestParseReply(t *testing.T) {
 		{"sequence overflow", []any{int64(0), "6:18446744073709551616"}, seq(5, 7), fencestore.Decision{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := parseReply(tc.reply, tc.a)
+			// The marks' part of the reply; no barrier: no entry.
+			if r, ok := tc.reply.([]any); ok && len(r) == 2 {
+				tc.reply = append(r, "", int64(0), int64(0))
+			}
+			d, err := parseReply(tc.reply, tc.a, "{r}:inflight")
 			if (err == nil) != tc.ok || d != tc.want {
 				t.Errorf("parseReply(%#v, %+v) = %+v, %v; want %+v, ok=%t", tc.reply, tc.a, d, err, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestParseReplyBarrier(t *testing.T) {
+	const fkey = "{r}:inflight"
+	flying := fencestore.Admission{Resource: "r", Token: 42, Compare: fencestore.AtLeast, Flight: time.Second}
+	flyingSeq := fencestore.Admission{Resource: "r", Token: 42, Sequence: 7, HasSequence: true, Flight: time.Second}
+	grounded := fencestore.Admission{Resource: "r", Token: 42, Compare: fencestore.AtLeast}
+	const (
+		order    = "00000000000000000042:--------------------"
+		orderSeq = "00000000000000000042:00000000000000000007"
+		deadline = ":001700000000000:"
+	)
+	member := order + deadline + "ab12"
+	for _, tc := range []struct {
+		name  string
+		reply []any
+		a     fencestore.Admission
+		want  fencestore.Flight
+		ok    bool
+	}{
+		{"entered", []any{int64(1), "42", member, int64(0), int64(0)}, flying,
+			fencestore.Flight{Key: fkey, Ref: member, Order: flying.Order()}, true},
+		{"older and expired", []any{int64(1), "42", member, int64(1), int64(3)}, flying,
+			fencestore.Flight{Older: true, Expired: 3, Key: fkey, Ref: member, Order: flying.Order()}, true},
+		{"with a sequence", []any{int64(1), "42:7", orderSeq + deadline + "x", int64(1), int64(0)}, flyingSeq,
+			fencestore.Flight{Older: true, Key: fkey, Ref: orderSeq + deadline + "x", Order: flyingSeq.Order()}, true},
+		{"no entry for a barrier", []any{int64(1), "42", "", int64(0), int64(0)}, flying, fencestore.Flight{}, false},
+		{"another order", []any{int64(1), "42", orderSeq + deadline + "x", int64(0), int64(0)}, flying, fencestore.Flight{}, false},
+		{"short member", []any{int64(1), "42", order + ":1:x", int64(0), int64(0)}, flying, fencestore.Flight{}, false},
+		{"older 2", []any{int64(1), "42", member, int64(2), int64(0)}, flying, fencestore.Flight{}, false},
+		{"expired negative", []any{int64(1), "42", member, int64(0), int64(-1)}, flying, fencestore.Flight{}, false},
+		{"older a string", []any{int64(1), "42", member, "0", int64(0)}, flying, fencestore.Flight{}, false},
+		{"entry without a barrier", []any{int64(1), "42", member, int64(0), int64(0)}, grounded, fencestore.Flight{}, false},
+		{"older without a barrier", []any{int64(1), "42", "", int64(1), int64(0)}, grounded, fencestore.Flight{}, false},
+		{"entry for a refusal", []any{int64(0), "43", member, int64(0), int64(0)}, flying, fencestore.Flight{}, false},
+		{"refused, no entry", []any{int64(0), "43", "", int64(0), int64(0)}, flying, fencestore.Flight{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := parseReply(tc.reply, tc.a, fkey)
+			if (err == nil) != tc.ok || d.Flight != tc.want {
+				t.Errorf("parseReply(%#v) = %+v, %v; want flight %+v, ok=%t", tc.reply, d.Flight, err, tc.want, tc.ok)
 			}
 		})
 	}

@@ -1,0 +1,319 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/fencestore/storetest"
+)
+
+// replicas returns two stores on srv under one key prefix, each with a
+// client of its own: two fenceproxy replicas sharing the store.
+func replicas(t *testing.T, srv *redistest.Server, opts redisstore.Options) (a, b *redisstore.Store) {
+	t.Helper()
+	_, prefix := newStore(t, srv, redisstore.Options{}) // a prefix of its own
+	opts.KeyPrefix = prefix
+	a = redisstore.New(redis.NewClient(srv.Options()), opts)
+	b = redisstore.New(redis.NewClient(srv.Options()), opts)
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	return a, b
+}
+
+func flyThrough(t *testing.T, s *redisstore.Store, a fencestore.Admission) fencestore.Flight {
+	t.Helper()
+	d, err := s.Admit(t.Context(), a)
+	if err != nil || !d.Admitted || !d.Flight.Registered() {
+		t.Fatalf("Admit(%+v) = %+v, %v; want admitted and in flight", a, d, err)
+	}
+	return d.Flight
+}
+
+// Two replicas: 42 through B waits for 41 through A, and A's release wakes
+// B's Drain through the channel within a few milliseconds, long before B
+// would look again on its own (DrainPoll 5s).
+func TestDrainAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const poll = 5 * time.Second
+			tc.opts.DrainPoll = poll
+			a, b := replicas(t, srv, tc.opts)
+			old := flyThrough(t, a, fencestore.Admission{Resource: "orders/42", Token: 41, Flight: time.Minute})
+			newer := flyThrough(t, b, fencestore.Admission{Resource: "orders/42", Token: 42, Flight: time.Minute})
+			if !newer.Older {
+				t.Fatal("42 through B does not see 41 in flight through A")
+			}
+			type drained struct {
+				expired bool
+				err     error
+				at      time.Time
+			}
+			ch := make(chan drained, 1)
+			go func() {
+				exp, err := b.Drain(t.Context(), newer)
+				ch <- drained{exp, err, time.Now()}
+			}()
+			select {
+			case d := <-ch:
+				t.Fatalf("B's Drain returned (%v, %v) while 41 is in flight through A", d.expired, d.err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			released := time.Now()
+			a.Release(old)
+			select {
+			case d := <-ch:
+				if d.err != nil || d.expired {
+					t.Fatalf("B's Drain = (%v, %v), want (false, nil)", d.expired, d.err)
+				}
+				latency := d.at.Sub(released)
+				t.Logf("B's Drain woke %v after A's Release", latency)
+				if latency > poll/5 {
+					t.Errorf("B's Drain woke %v after the release: the poll, not the channel", latency)
+				}
+			case <-time.After(2 * poll):
+				t.Fatal("B's Drain still waiting after A released 41")
+			}
+			b.Release(newer)
+		})
+	}
+}
+
+// A replica that dies with a request in flight holds the others back until
+// that request's deadline, timed by Redis, and no longer.
+func TestDrainDeadReplica(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := replicas(t, srv, redisstore.Options{DrainPoll: 5 * time.Second})
+	const flight = 500 * time.Millisecond
+	start := time.Now()
+	flyThrough(t, a, fencestore.Admission{Resource: "r", Token: 41, Flight: flight})
+	_ = a.Close() // dies: never releases
+	newer := flyThrough(t, b, fencestore.Admission{Resource: "r", Token: 42, Flight: time.Minute})
+	if !newer.Older {
+		t.Fatal("42 does not see 41 in flight")
+	}
+	expired, err := b.Drain(t.Context(), newer)
+	waited := time.Since(start)
+	t.Logf("Drain returned (%v, %v) %v after 41's admission (deadline %v)", expired, err, waited, flight)
+	if err != nil || !expired {
+		t.Fatalf("Drain = (%v, %v), want (true, nil): 41 reached its deadline", expired, err)
+	}
+	// Redis's clock in whole milliseconds: a millisecond of rounding.
+	if waited < flight-time.Millisecond {
+		t.Errorf("Drain returned %v after 41's admission, before its %v deadline", waited, flight)
+	}
+	if waited > flight+time.Second {
+		t.Errorf("Drain returned %v after 41's admission, long after its %v deadline", waited, flight)
+	}
+	b.Release(newer)
+}
+
+// release.lua announces a release only when an entry ordered after it is
+// still in flight: nobody else can be waiting for it.
+func TestScriptReleasePublishes(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	admit, err := os.ReadFile("admit.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := os.ReadFile("release.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key, fkey, channel = "res", "{res}:inflight", "ch"
+	ps := c.Subscribe(ctx, channel)
+	defer ps.Close()
+	if _, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil { // the subscription
+		t.Fatal(err)
+	}
+	enter := func(token, seq, id string) string {
+		t.Helper()
+		r, err := c.Eval(ctx, string(admit), []string{key, fkey}, token, "ge", seq, "60000 "+id).Slice()
+		if err != nil || len(r) != 5 || r[0] != int64(1) {
+			t.Fatalf("admit %s: %v, %v", token, r, err)
+		}
+		return r[2].(string)
+	}
+	// nextMessage returns the payload of the next message: after each
+	// release the test publishes "-" itself, so a release that published
+	// nothing reads as "-".
+	nextMessage := func() string {
+		t.Helper()
+		if err := c.Publish(ctx, channel, "-").Err(); err != nil {
+			t.Fatal(err)
+		}
+		m, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, ok := m.(*redis.Message)
+		if !ok {
+			t.Fatalf("received %T", m)
+		}
+		if msg.Payload != "-" {
+			if m, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil || m.(*redis.Message).Payload != "-" {
+				t.Fatalf("after %q: %v, %v; want the test's own \"-\"", msg.Payload, m, err)
+			}
+		}
+		return msg.Payload
+	}
+	rel := func(member string) int64 {
+		t.Helper()
+		n, err := c.Eval(ctx, string(release), []string{fkey}, member, channel).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	m41, m42 := enter("41", "", "a"), enter("42", "", "b")
+	if n := rel(m42); n != 1 {
+		t.Fatalf("release of 42 removed %d", n)
+	}
+	if got := nextMessage(); got != "-" {
+		t.Errorf("release of 42 (nothing after it) published %q", got)
+	}
+	m43 := enter("43", "", "c")
+	if n := rel(m41); n != 1 {
+		t.Fatalf("release of 41 removed %d", n)
+	}
+	if got := nextMessage(); got != fkey {
+		t.Errorf("release of 41 (43 after it) published %q, want %q", got, fkey)
+	}
+	if n := rel(m41); n != 0 {
+		t.Errorf("release of 41 twice removed %d", n)
+	}
+	if got := nextMessage(); got != "-" {
+		t.Errorf("release of 41 twice published %q", got)
+	}
+	// An equal order never waits, so it is no reason to publish.
+	enter("43", "", "d")
+	if n := rel(m43); n != 1 {
+		t.Fatalf("release of 43 removed %d", n)
+	}
+	if got := nextMessage(); got != "-" {
+		t.Errorf("release of 43 (an equal 43 after it) published %q", got)
+	}
+	// (43, no sequence) comes before (43, 0): its release announces.
+	enter("43", "0", "e")
+	order := m43[:41] // the deadline unknown: by order and id
+	if n := rel(order + ":*:d"); n != 1 {
+		t.Fatalf("release of %s:*:d removed %d", order, n)
+	}
+	if got := nextMessage(); got != fkey {
+		t.Errorf("release of 43 by order and id (43:0 after it) published %q, want %q", got, fkey)
+	}
+	if members, err := c.ZRange(ctx, fkey, 0, -1).Result(); err != nil || len(members) != 1 || !strings.HasSuffix(members[0], ":e") {
+		t.Errorf("left in flight: %q, %v; want (43, 0) alone", members, err)
+	}
+}
+
+// The barrier on a Ring of two shards: a release is announced on its own
+// shard only, and the store listens to one, so a Drain may wake by its
+// timer alone; the suite passes regardless.
+func TestRingConformance(t *testing.T) {
+	s1, s2 := redistest.Start(t), redistest.Start(t)
+	storetest.Run(t, func(t *testing.T) fencestore.Store {
+		ring := redis.NewRing(&redis.RingOptions{
+			Addrs:                 map[string]string{"s1": s1.Addr(), "s2": s2.Addr()},
+			ContextTimeoutEnabled: true,
+			MaxRetries:            -1,
+		})
+		_, prefix := newStore(t, s1, redisstore.Options{}) // a prefix of its own
+		s := redisstore.New(ring, redisstore.Options{KeyPrefix: prefix, DrainPoll: 50 * time.Millisecond})
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
+
+// On a single server any mark key has an in-flight key; on a cluster a
+// mark key with a '}' but no hash tag has none in its slot, and its
+// admissions with the barrier fail closed, naming the reason, before
+// anything is written.
+func TestBarrierBraces(t *testing.T) {
+	srv := redistest.Start(t)
+	single, _ := newStore(t, srv, redisstore.Options{})
+	cluster := redistest.StartCluster(t, 3)
+	cs, cc, prefix := newClusterStore(t, cluster, redisstore.Options{}, nil)
+	ctx := t.Context()
+	for _, res := range []string{"a{}b", "x}y"} {
+		a := fencestore.Admission{Resource: res, Token: 5, Flight: time.Minute}
+		if d, err := single.Admit(ctx, a); err != nil || !d.Admitted || !d.Flight.Registered() {
+			t.Errorf("single server: Admit(%q) = %+v, %v; want admitted in flight", res, d, err)
+		} else {
+			single.Release(d.Flight)
+		}
+		d, err := cs.Admit(ctx, a)
+		if !errors.Is(err, fencestore.ErrUnavailable) || !strings.Contains(err.Error(), "hash tag") {
+			t.Errorf("cluster: Admit(%q) = %+v, %v; want ErrUnavailable naming the hash tag", res, d, err)
+		}
+		if n, err := cc.Exists(ctx, prefix+res).Result(); err != nil || n != 0 {
+			t.Errorf("cluster: Admit(%q) wrote its mark (EXISTS %d, %v)", res, n, err)
+		}
+		// Without the barrier nothing changes.
+		a.Flight = 0
+		if d, err := cs.Admit(ctx, a); err != nil || !d.Admitted {
+			t.Errorf("cluster: Admit(%q) without the barrier = %+v, %v", res, d, err)
+		}
+	}
+	// A hash tag of the resource's own: the in-flight key keeps it.
+	f := flyThrough(t, cs, fencestore.Admission{Resource: "orders/{42}", Token: 1, Flight: time.Minute})
+	if f.Key != prefix+"orders/{42}:inflight" {
+		t.Errorf("in-flight key %q, want %q", f.Key, prefix+"orders/{42}:inflight")
+	}
+	if n, err := cc.ZCard(ctx, f.Key).Result(); err != nil || n != 1 {
+		t.Errorf("ZCARD %s = %d, %v", f.Key, n, err)
+	}
+	cs.Release(f)
+	redistest.Poll(t, 5*time.Second, "the release", func() error {
+		return gone(cc.Exists(ctx, f.Key).Result())
+	})
+}
+
+// gone is nil when EXISTS answered 0.
+func gone(n int64, err error) error {
+	if err != nil {
+		return err
+	}
+	if n != 0 {
+		return errors.New("still there")
+	}
+	return nil
+}
+
+// Close stops a Drain that waits: it returns an error wrapping
+// ErrUnavailable, at once rather than at its next look.
+func TestDrainStoreClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := replicas(t, srv, redisstore.Options{DrainPoll: 5 * time.Second})
+	flyThrough(t, a, fencestore.Admission{Resource: "r", Token: 1, Flight: time.Minute})
+	newer := flyThrough(t, b, fencestore.Admission{Resource: "r", Token: 2, Flight: time.Minute})
+	ch := make(chan error, 1)
+	go func() {
+		_, err := b.Drain(context.Background(), newer)
+		ch <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	_ = b.Close()
+	select {
+	case err := <-ch:
+		if !errors.Is(err, fencestore.ErrUnavailable) {
+			t.Errorf("Drain on a closed store = %v, want ErrUnavailable", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Drain still waiting after Close")
+	}
+}
