@@ -75,6 +75,12 @@ type Admission struct {
 	// clock), and Decision.Flight says whether a request ordered before it
 	// is in flight. Zero: the request takes no part in the barrier.
 	Flight time.Duration
+	// Floor, when HasFloor, is the greatest mark this replica saw for the
+	// resource before (its mark cache). A stored mark below it, or none,
+	// was lost (a crash, a flush, a failover): the store decides against
+	// the floor and writes it back in the same atomic step (Decide).
+	Floor    Mark
+	HasFloor bool
 }
 
 // Decision is the outcome of one admission.
@@ -88,6 +94,9 @@ type Decision struct {
 	// sequence admitted with token Mark.
 	Sequence    uint64
 	HasSequence bool
+	// Regressed reports that the stored mark was below Admission.Floor (or
+	// gone) and was raised back to it before deciding.
+	Regressed bool
 	// Flight is the admitted request's place in the drain barrier, when the
 	// admission asked for one (Admission.Flight); the zero Flight otherwise.
 	Flight Flight

@@ -76,7 +76,24 @@ func (m Mark) AppendValue(dst []byte) []byte {
 //   - Without a sequence: admitted as Compare says against the mark's token.
 //     A greater token makes the mark (token) alone; an equal token under
 //     AtLeast leaves the mark as it is, sequence included.
+//
+// With a floor (Admission.HasFloor: a mark this replica saw earlier), a
+// stored mark below the floor, or none, has regressed: the decision is taken
+// against the floor instead, Decision.Regressed is set, and the mark after
+// it is written (at least the floor) so the store heals in the same step.
 func (a Admission) Decide(m Mark, hasMark bool) (d Decision, next Mark, write bool) {
+	regressed := a.HasFloor && (!hasMark || m.Before(a.Floor))
+	if regressed {
+		m, hasMark = a.Floor, true
+	}
+	d, next, write = a.decide(m, hasMark)
+	if regressed {
+		d.Regressed, write = true, true
+	}
+	return d, next, write
+}
+
+func (a Admission) decide(m Mark, hasMark bool) (d Decision, next Mark, write bool) {
 	next = Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
 	switch {
 	case !hasMark:

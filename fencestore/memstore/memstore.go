@@ -8,7 +8,10 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
-var _ fencestore.Store = (*Store)(nil)
+var (
+	_ fencestore.Store  = (*Store)(nil)
+	_ fencestore.Keeper = (*Store)(nil)
+)
 
 var errClosed = fencestore.Unavailable(errors.New("memstore: closed"))
 
@@ -18,6 +21,9 @@ type Store struct {
 	mu     sync.Mutex
 	marks  map[string]fencestore.Mark
 	closed bool
+	// identity is the store's identity record ("" none), expect the one
+	// every admission must find ("" no check).
+	identity, expect string
 	// flights is the drain barrier: the store lives in one process, so
 	// does the barrier.
 	flights fencestore.LocalFlights
@@ -46,6 +52,9 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	defer s.mu.Unlock()
 	if s.closed {
 		return fencestore.Decision{}, errClosed
+	}
+	if s.expect != "" && s.identity != s.expect {
+		return fencestore.Decision{}, &fencestore.LostError{Want: s.expect, Found: s.identity}
 	}
 	mark, ok := s.marks[a.Resource]
 	d, next, write := a.Decide(mark, ok)

@@ -49,3 +49,9 @@ func BenchmarkAdmit(b *testing.B) {
 		})
 	})
 }
+
+func TestKeeperConformance(t *testing.T) {
+	storetest.RunKeeper(t,
+		func(*testing.T) storetest.KeeperStore { return memstore.New() },
+		func(_ *testing.T, s storetest.KeeperStore) { s.(*memstore.Store).Clear() })
+}

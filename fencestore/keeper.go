@@ -1,0 +1,90 @@
+package fencestore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+)
+
+// Keeper is what an operator does to a store, beside the proxy's Store: its
+// identity and its marks, one at a time. Every store implements it; the
+// `fenceproxy store` and `fenceproxy marks` commands, and the start of
+// `serve`, use it. The request path never does.
+//
+// Identity. A store holds one identity record under a key no resource name
+// can spell (every resource name is non-empty, so the key is the key prefix
+// itself), written once by Init. A replica reads it at start and hands it to
+// Expect; from then on every admission checks, in the same atomic step, that
+// the record is still there and the same. A store that was emptied, restarted
+// without persistence or failed over to a copy that never had it then fails
+// every admission with a *LostError, until an operator runs Init with force.
+type Keeper interface {
+	// Identity returns the store's identity record, "" when it has none.
+	Identity(ctx context.Context) (string, error)
+	// Init writes a new identity record and returns it. Without force it
+	// fails with ErrIdentityExists when the store already has one.
+	Init(ctx context.Context, force bool) (string, error)
+	// Expect makes every later admission fail with a *LostError unless the
+	// store's identity record is id.
+	Expect(id string)
+	// HasMarks reports whether the store holds any mark (so a store without
+	// an identity record can be told new from one kept by an older version).
+	HasMarks(ctx context.Context) (bool, error)
+
+	// Get returns resource's mark, sequence included, and false when it has
+	// none.
+	Get(ctx context.Context, resource string) (Mark, bool, error)
+	// List returns up to limit marks whose resource names begin with prefix,
+	// in the store's order, from cursor ("" for the first page); next is ""
+	// after the last page. It never blocks the store (SCAN, not KEYS).
+	List(ctx context.Context, prefix, cursor string, limit int) (marks []Entry, next string, err error)
+	// Raise sets resource's mark to m when m is above it (or it has none),
+	// atomically; a mark already at or above m is left alone and reported
+	// with changed false. It returns the mark before.
+	Raise(ctx context.Context, resource string, m Mark) (old Mark, had, changed bool, err error)
+	// Reset sets resource's mark to *m whatever it was, or deletes it when
+	// m is nil. It returns the mark before.
+	Reset(ctx context.Context, resource string, m *Mark) (old Mark, had bool, err error)
+}
+
+// Entry is one resource's mark, as List returns it.
+type Entry struct {
+	Resource string
+	Mark     Mark
+}
+
+// ErrIdentityExists is returned by Init without force on a store that has
+// an identity record.
+var ErrIdentityExists = errors.New("the store already has an identity record (use --force to replace it)")
+
+// ErrStoreLost is wrapped by every *LostError.
+var ErrStoreLost = errors.New("fence store lost")
+
+// LostError reports a store whose identity record is gone, or another than
+// the one this process saw: it has lost marks (emptied, restarted without
+// persistence, failed over to a copy that never had them). It wraps
+// ErrUnavailable and ErrStoreLost: the request is refused with 503
+// store-lost and nothing is forwarded.
+type LostError struct {
+	Want  string // the identity this process saw
+	Found string // the identity the store has now; "" when it has none
+}
+
+func (e *LostError) Error() string {
+	if e.Found == "" {
+		return "fence store lost its identity record " + e.Want + ": it was emptied or replaced, and its marks may be gone"
+	}
+	return "fence store identity changed from " + e.Want + " to " + e.Found + ": it was replaced, and its marks may be gone"
+}
+
+// Unwrap makes errors.Is(err, ErrUnavailable) and errors.Is(err,
+// ErrStoreLost) hold.
+func (e *LostError) Unwrap() []error { return []error{ErrUnavailable, ErrStoreLost} }
+
+// NewIdentity returns a fresh identity record: 128 random bits in hex.
+func NewIdentity() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}

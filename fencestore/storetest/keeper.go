@@ -1,0 +1,219 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+// KeeperStore is a store with its operator's side.
+type KeeperStore interface {
+	fencestore.Store
+	fencestore.Keeper
+}
+
+// RunKeeper runs the conformance suite of the operator's side: identity,
+// healing against a floor, and the marks commands. open returns a fresh,
+// empty store; lose makes the store forget everything it holds (marks and
+// identity), as a flush or a restart without persistence does, while s stays
+// open.
+func RunKeeper(t *testing.T, open func(t *testing.T) KeeperStore, lose func(t *testing.T, s KeeperStore)) {
+	t.Helper()
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, s KeeperStore, lose func(t *testing.T, s KeeperStore))
+	}{
+		{"Identity", testIdentity},
+		{"Floor", testFloor},
+		{"Marks", testMarks},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() { _ = s.Close() })
+			tc.fn(t, s, lose)
+		})
+	}
+}
+
+func testIdentity(t *testing.T, s KeeperStore, lose func(t *testing.T, s KeeperStore)) {
+	ctx := ctxT(t)
+	if id, err := s.Identity(ctx); err != nil || id != "" {
+		t.Fatalf("fresh store: Identity = %q, %v; want none", id, err)
+	}
+	if has, err := s.HasMarks(ctx); err != nil || has {
+		t.Fatalf("fresh store: HasMarks = %v, %v", has, err)
+	}
+	id, err := s.Init(ctx, false)
+	if err != nil || id == "" {
+		t.Fatalf("Init = %q, %v", id, err)
+	}
+	if got, err := s.Identity(ctx); err != nil || got != id {
+		t.Fatalf("Identity after Init = %q, %v; want %q", got, err, id)
+	}
+	if _, err := s.Init(ctx, false); !errors.Is(err, fencestore.ErrIdentityExists) {
+		t.Fatalf("Init again without force = %v, want ErrIdentityExists", err)
+	}
+	s.Expect(id)
+	admit(t, s, "id/1", 5, fencestore.AtLeast)
+	if has, err := s.HasMarks(ctx); err != nil || !has {
+		t.Fatalf("HasMarks after an admission = %v, %v", has, err)
+	}
+
+	lose(t, s)
+	_, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "id/1", Token: 1})
+	var lost *fencestore.LostError
+	if !errors.As(err, &lost) || !errors.Is(err, fencestore.ErrStoreLost) || !errors.Is(err, fencestore.ErrUnavailable) {
+		t.Fatalf("admission on a store that lost its identity = %v, want a *LostError wrapping ErrStoreLost and ErrUnavailable", err)
+	}
+	if lost.Want != id || lost.Found != "" {
+		t.Fatalf("LostError = %+v, want Want %q and Found none", lost, id)
+	}
+	// Another replica (or a fresh start) writes a new identity: a process
+	// that saw the old one still refuses.
+	other, err := s.Init(ctx, false)
+	if err != nil || other == id {
+		t.Fatalf("Init after the loss = %q, %v", other, err)
+	}
+	if _, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "id/1", Token: 1}); !errors.As(err, &lost) || lost.Found != other {
+		t.Fatalf("admission with a changed identity = %v, want a *LostError naming %q", err, other)
+	}
+	// The operator re-initialises, and this process expects the new one.
+	renewed, err := s.Init(ctx, true)
+	if err != nil || renewed == other {
+		t.Fatalf("Init --force = %q, %v", renewed, err)
+	}
+	s.Expect(renewed)
+	if d := admit(t, s, "id/1", 1, fencestore.AtLeast); !d.Admitted {
+		t.Fatalf("after Init --force: %+v", d)
+	}
+}
+
+func testFloor(t *testing.T, s KeeperStore, _ func(t *testing.T, s KeeperStore)) {
+	ctx := ctxT(t)
+	floor := fencestore.Mark{Token: 10}
+	admit(t, s, "f/1", 10, fencestore.AtLeast)
+	if _, _, err := s.Reset(ctx, "f/1", nil); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		a          fencestore.Admission
+		admitted   bool
+		regressed  bool
+		markAfter  fencestore.Mark
+		storedMark fencestore.Mark
+	}{
+		// The mark is gone; 5 is refused against the floor, which is
+		// written back.
+		{fencestore.Admission{Resource: "f/1", Token: 5, Floor: floor, HasFloor: true}, false, true, floor, floor},
+		// Healed: the same floor finds nothing to raise.
+		{fencestore.Admission{Resource: "f/1", Token: 9, Floor: floor, HasFloor: true}, false, false, floor, floor},
+		// An equal token under >= is admitted and the mark stays.
+		{fencestore.Admission{Resource: "f/1", Token: 10, Floor: floor, HasFloor: true}, true, false, floor, floor},
+	}
+	for i, st := range steps {
+		d, err := s.Admit(ctxT(t), st.a)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		got := fencestore.Mark{Token: d.Mark, Sequence: d.Sequence, HasSequence: d.HasSequence}
+		if d.Admitted != st.admitted || d.Regressed != st.regressed || got != st.markAfter {
+			t.Fatalf("step %d (%+v): %+v, want admitted %v regressed %v mark %+v", i, st.a, d, st.admitted, st.regressed, st.markAfter)
+		}
+		if m, ok, err := s.Get(ctx, "f/1"); err != nil || !ok || m != st.storedMark {
+			t.Fatalf("step %d: stored mark %+v, %v, %v; want %+v", i, m, ok, err, st.storedMark)
+		}
+	}
+	// A regressed mark (3 < floor 10) and a newer token: admitted, and the
+	// mark becomes the token, not the floor.
+	if _, _, err := s.Reset(ctx, "f/2", &fencestore.Mark{Token: 3}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "f/2", Token: 11, Floor: floor, HasFloor: true})
+	if err != nil || !d.Admitted || !d.Regressed || d.Mark != 11 {
+		t.Fatalf("11 over a regressed mark: %+v, %v", d, err)
+	}
+	// A floor with a sequence: (7, 2) stored below (7, 4).
+	if _, _, err := s.Reset(ctx, "f/3", &fencestore.Mark{Token: 7, Sequence: 2, HasSequence: true}); err != nil {
+		t.Fatal(err)
+	}
+	seqFloor := fencestore.Mark{Token: 7, Sequence: 4, HasSequence: true}
+	d, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "f/3", Token: 7, Sequence: 3, HasSequence: true, Floor: seqFloor, HasFloor: true})
+	if err != nil || d.Admitted || !d.Regressed || d.Sequence != 4 || !d.StaleSequence(fencestore.Admission{Token: 7, HasSequence: true}) {
+		t.Fatalf("(7,3) over a regressed (7,2) with floor (7,4): %+v, %v", d, err)
+	}
+}
+
+func testMarks(t *testing.T, s KeeperStore, _ func(t *testing.T, s KeeperStore)) {
+	ctx := ctxT(t)
+	for i := range 5 {
+		admit(t, s, fmt.Sprintf("m/%d", i), uint64(10+i), fencestore.AtLeast)
+	}
+	admit(t, s, "other/1", 1, fencestore.AtLeast)
+	if _, err := s.Admit(ctx, fencestore.Admission{Resource: "m/0", Token: 10, Sequence: 3, HasSequence: true}); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok, err := s.Get(ctx, "m/0"); err != nil || !ok || m != (fencestore.Mark{Token: 10, Sequence: 3, HasSequence: true}) {
+		t.Fatalf("Get m/0 = %+v, %v, %v", m, ok, err)
+	}
+	if _, ok, err := s.Get(ctx, "m/none"); err != nil || ok {
+		t.Fatalf("Get of an absent mark = %v, %v", ok, err)
+	}
+
+	// Paging: every m/ mark exactly once, none of other/.
+	seen := map[string]fencestore.Mark{}
+	cursor, pages := "", 0
+	for {
+		page, next, err := s.List(ctx, "m/", cursor, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, e := range page {
+			if _, dup := seen[e.Resource]; dup {
+				t.Fatalf("List returned %s twice", e.Resource)
+			}
+			seen[e.Resource] = e.Mark
+		}
+		if next == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatal("List does not end")
+		}
+		cursor = next
+	}
+	if len(seen) != 5 || seen["m/4"].Token != 14 || seen["m/0"].Sequence != 3 {
+		t.Fatalf("List m/ = %+v", seen)
+	}
+
+	// Raise moves forward only.
+	old, had, changed, err := s.Raise(ctx, "m/1", fencestore.Mark{Token: 5})
+	if err != nil || !had || changed || old.Token != 11 {
+		t.Fatalf("Raise below the mark = %+v %v %v %v; want unchanged 11", old, had, changed, err)
+	}
+	old, had, changed, err = s.Raise(ctx, "m/1", fencestore.Mark{Token: 50})
+	if err != nil || !had || !changed || old.Token != 11 {
+		t.Fatalf("Raise above the mark = %+v %v %v %v", old, had, changed, err)
+	}
+	if _, had, changed, err := s.Raise(ctx, "m/new", fencestore.Mark{Token: 3}); err != nil || had || !changed {
+		t.Fatalf("Raise of an absent mark: %v %v %v", had, changed, err)
+	}
+	if d := admit(t, s, "m/1", 49, fencestore.AtLeast); d.Admitted {
+		t.Fatal("49 admitted after the mark was raised to 50")
+	}
+	// Reset moves backward, or deletes.
+	if old, had, err := s.Reset(ctx, "m/1", &fencestore.Mark{Token: 2}); err != nil || !had || old.Token != 50 {
+		t.Fatalf("Reset = %+v %v %v", old, had, err)
+	}
+	if d := admit(t, s, "m/1", 3, fencestore.AtLeast); !d.Admitted {
+		t.Fatal("3 refused after a reset to 2")
+	}
+	if _, had, err := s.Reset(ctx, "m/1", nil); err != nil || !had {
+		t.Fatalf("Reset (delete) = %v %v", had, err)
+	}
+	if _, ok, err := s.Get(ctx, "m/1"); err != nil || ok {
+		t.Fatalf("Get after delete: %v %v", ok, err)
+	}
+}
