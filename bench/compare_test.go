@@ -15,6 +15,14 @@ import (
 // and whoever reads the output rely on its shape.
 var summaryLine = regexp.MustCompile(`^compare\[redis=(none|durable)\]: fenceproxy=(\d+)rps/p99=([0-9.]+)ms go-plain=(\d+)rps/p99=([0-9.]+)ms .*\| thr/go-plain=([0-9.]+) thr/nginx=([0-9.]+).* \| non2xx=(\d+) sockerr=(\d+).* stale-check=(\S+)$`)
 
+// drainParts are the summary line's parts about the drain barrier:
+// fenceproxy (barrier on, the default) against fenceproxy-nodrain
+// (FENCE_DRAIN=off) in the same rounds, and the latter's functional check.
+var drainParts = regexp.MustCompile(` \| nodrain/go-plain=([0-9.]+).* \| drain-on/off=([0-9.]+).* nodrain-check=(\S+) stale-check=`)
+
+// wakeLine is the drain-wake line that follows each summary line.
+var wakeLine = regexp.MustCompile(`^drain-wake\[redis=(none|durable)\]: [^|]*fenceproxy n=\d+ after-older p50=([0-9.-]+)ms [^|]* overlapped=(\d+) [^|]*\| fenceproxy-nodrain n=\d+ `)
+
 // TestCompareQuick runs bench/compare.sh in QUICK mode for one round against
 // Redis without persistence, and checks that the harness works: it builds
 // and starts everything, fenceproxy passes the functional checks, and the
@@ -22,7 +30,7 @@ var summaryLine = regexp.MustCompile(`^compare\[redis=(none|durable)\]: fencepro
 // short round on a shared machine are not a result.
 func TestCompareQuick(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts redis, nginx, three proxies and wrk for about a minute")
+		t.Skip("starts redis, nginx, four proxies and wrk for about a minute")
 	}
 	for _, tool := range []string{"wrk", "nginx", "redis-server", "redis-cli", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -40,9 +48,13 @@ func TestCompareQuick(t *testing.T) {
 		t.Fatalf("compare.sh: %v\nstderr:\n%s", err, stderr.String())
 	}
 	out := bytes.TrimSpace(stdout.Bytes())
-	m := summaryLine.FindSubmatch(out)
+	lines := bytes.Split(out, []byte("\n"))
+	if len(lines) != 2 {
+		t.Fatalf("want a compare line and a drain-wake line, got:\n%s\nstderr:\n%s", out, stderr.String())
+	}
+	m := summaryLine.FindSubmatch(lines[0])
 	if m == nil {
-		t.Fatalf("summary line does not parse:\n%s\nstderr:\n%s", out, stderr.String())
+		t.Fatalf("summary line does not parse:\n%s\nstderr:\n%s", lines[0], stderr.String())
 	}
 	if got := string(m[10]); got != "ok" {
 		t.Errorf("stale-check=%s, want ok\nstderr:\n%s", got, stderr.String())
@@ -51,6 +63,27 @@ func TestCompareQuick(t *testing.T) {
 		if v, err := strconv.ParseFloat(string(m[i]), 64); err != nil || v <= 0 {
 			t.Errorf("%s = %q, want a positive number", name, m[i])
 		}
+	}
+	d := drainParts.FindSubmatch(lines[0])
+	if d == nil {
+		t.Fatalf("summary line has no drain on/off parts:\n%s", lines[0])
+	}
+	if got := string(d[3]); got != "ok" {
+		t.Errorf("nodrain-check=%s, want ok\nstderr:\n%s", got, stderr.String())
+	}
+	for i, name := range map[int]string{1: "nodrain/go-plain", 2: "drain-on/off"} {
+		if v, err := strconv.ParseFloat(string(d[i]), 64); err != nil || v <= 0 {
+			t.Errorf("%s = %q, want a positive number", name, d[i])
+		}
+	}
+	w := wakeLine.FindSubmatch(lines[1])
+	if w == nil {
+		t.Fatalf("drain-wake line does not parse:\n%s", lines[1])
+	}
+	// With the barrier on, a newer request never reaches the origin while
+	// the older one it waited for is still there (the timing is not asserted).
+	if got := string(w[3]); got != "0" {
+		t.Errorf("with the barrier on, the newer request reached the origin during the older one %s times:\n%s", got, lines[1])
 	}
 	t.Logf("%s", out)
 }

@@ -7,6 +7,7 @@
 #
 # Environment (all optional):
 #   PORT_BASE=28100   ports PORT_BASE .. PORT_BASE+9 must be free
+#   NODRAIN=1         also run fenceproxy-nodrain (the same binary with FENCE_DRAIN=off); 0 leaves it out
 #   RUN_DIR           where logs, configs and raw results go (default: a new /tmp dir, removed
 #                     at exit unless KEEP_RUN=1 or the caller set RUN_DIR)
 #   FENCEPROXY_BIN    use this fenceproxy binary instead of building one from the working tree
@@ -24,6 +25,8 @@ PORT_NGINXLUA=$((PORT_BASE + 3))
 PORT_FENCEPROXY=$((PORT_BASE + 4))
 PORT_ADMIN=$((PORT_BASE + 5))
 PORT_REDIS=$((PORT_BASE + 6))
+PORT_NODRAIN=$((PORT_BASE + 7))
+PORT_NODRAIN_ADMIN=$((PORT_BASE + 8))
 LUA_MODULE=/usr/lib/nginx/modules/ngx_http_lua_module.so
 CLK_TCK=$(getconf CLK_TCK)
 NCPU=$(nproc)
@@ -53,8 +56,9 @@ nginx_lua_available() { [[ -f $LUA_MODULE ]]; }
 
 # select_targets: SETTINGS from REDIS_DURABLE (unset: both, 0: none, 1:
 # durable), TARGETS in the order they run (go-plain, nginx, nginx-lua when its
-# module is installed and NGINX_LUA is not 0, fenceproxy), LUA=1 when
-# nginx-lua is among them.
+# module is installed and NGINX_LUA is not 0, fenceproxy, fenceproxy-nodrain
+# unless NODRAIN is 0), LUA=1 when nginx-lua is among them, NODRAIN=1 when
+# fenceproxy-nodrain is.
 select_targets() {
   case ${REDIS_DURABLE:-both} in
     both) SETTINGS=(none durable) ;;
@@ -71,6 +75,12 @@ select_targets() {
     say "nginx-lua skipped: $LUA_MODULE missing (apt-get install -y libnginx-mod-http-lua)"
   fi
   TARGETS+=(fenceproxy)
+  if [[ ${NODRAIN:-1} != 0 ]]; then
+    NODRAIN=1
+    TARGETS+=(fenceproxy-nodrain)
+  else
+    NODRAIN=0
+  fi
 }
 
 # start_stack SETTING: a fresh Redis with SETTING and, in front of one origin,
@@ -82,6 +92,7 @@ start_stack() {
   start_nginx
   ((LUA == 0)) || start_nginxlua
   start_fenceproxy
+  ((${NODRAIN:-0} == 0)) || start_fenceproxy_nodrain
 }
 
 check_tools() {
@@ -207,22 +218,33 @@ start_goplain() {
   await goplain "$PORT_GOPLAIN"
 }
 
-# start_fenceproxy: at FENCE_LOG_LEVEL=info every refusal is a log line, so a
-# non-2xx answer under load can be explained from the log.
+# start_fenceproxy [NAME PORT ADMIN_PORT KEY_PREFIX ENV...]: at
+# FENCE_LOG_LEVEL=info every refusal is a log line, so a non-2xx answer under
+# load can be explained from the log. Without arguments: the target
+# fenceproxy, with the defaults (drain barrier on).
 start_fenceproxy() {
+  local name=${1:-fenceproxy} port=${2:-$PORT_FENCEPROXY} admin=${3:-$PORT_ADMIN} prefix=${4:-fence:}
+  (($# < 4)) || shift 4
   printf 'routes:\n  - name: bench\n    path: /r/{key}\n    resource: r/{key}\n' >"$RUN_DIR/routes.yaml"
-  launch fenceproxy env -i PATH="$PATH" \
-    FENCE_LISTEN_ADDR="127.0.0.1:$PORT_FENCEPROXY" FENCE_ADMIN_ADDR="127.0.0.1:$PORT_ADMIN" \
+  launch "$name" env -i PATH="$PATH" \
+    FENCE_LISTEN_ADDR="127.0.0.1:$port" FENCE_ADMIN_ADDR="127.0.0.1:$admin" \
     FENCE_UPSTREAM_URL="http://127.0.0.1:$PORT_ORIGIN" FENCE_REDIS_URL="redis://127.0.0.1:$PORT_REDIS/0" \
-    FENCE_ROUTES_FILE="$RUN_DIR/routes.yaml" FENCE_LOG_LEVEL=info ${GOMAXPROCS:+GOMAXPROCS=$GOMAXPROCS} \
-    "$FENCEPROXY_BIN"
-  await fenceproxy "$PORT_FENCEPROXY"
+    FENCE_ROUTES_FILE="$RUN_DIR/routes.yaml" FENCE_KEY_PREFIX="$prefix" FENCE_LOG_LEVEL=info \
+    ${GOMAXPROCS:+GOMAXPROCS=$GOMAXPROCS} "$@" "$FENCEPROXY_BIN"
+  await "$name" "$port"
   local i
   for ((i = 0; i < 50; i++)); do
-    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT_ADMIN/readyz") == 200 ]] && return 0
+    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$admin/readyz") == 200 ]] && return 0
     sleep 0.1
   done
-  die "fenceproxy not ready (log: $RUN_DIR/fenceproxy.log)"
+  die "$name not ready (log: $RUN_DIR/$name.log)"
+}
+
+# start_fenceproxy_nodrain: the target fenceproxy-nodrain, the same binary
+# with FENCE_DRAIN=off, on its own ports and key prefix (fencend:) in the
+# same Redis.
+start_fenceproxy_nodrain() {
+  start_fenceproxy fenceproxy-nodrain "$PORT_NODRAIN" "$PORT_NODRAIN_ADMIN" fencend: FENCE_DRAIN=off
 }
 
 # render_nginx TEMPLATE DIR PORT: write DIR/nginx.conf from a template
@@ -256,6 +278,7 @@ port_of() {
     nginx) echo "$PORT_NGINX" ;;
     nginx-lua) echo "$PORT_NGINXLUA" ;;
     fenceproxy) echo "$PORT_FENCEPROXY" ;;
+    fenceproxy-nodrain) echo "$PORT_NODRAIN" ;;
     *) die "unknown target $1" ;;
   esac
 }
@@ -269,8 +292,30 @@ component_of() {
   esac
 }
 
+# admin_port_of TARGET: a fenceproxy target's admin port (metrics)
+admin_port_of() {
+  case $1 in
+    fenceproxy) echo "$PORT_ADMIN" ;;
+    fenceproxy-nodrain) echo "$PORT_NODRAIN_ADMIN" ;;
+    *) die "$1 has no admin port" ;;
+  esac
+}
+
+# key_prefix_of TARGET: where a fencing target keeps its marks in Redis
+key_prefix_of() {
+  case $1 in
+    fenceproxy) echo fence: ;;
+    fenceproxy-nodrain) echo fencend: ;;
+    nginx-lua) echo fencelua: ;;
+    *) die "$1 keeps no marks" ;;
+  esac
+}
+
+# is_fenceproxy TARGET: TARGET is one of the fenceproxy targets
+is_fenceproxy() { [[ $1 == fenceproxy || $1 == fenceproxy-nodrain ]]; }
+
 # uses_redis TARGET
-uses_redis() { [[ $1 == fenceproxy || $1 == nginx-lua ]]; }
+uses_redis() { is_fenceproxy "$1" || [[ $1 == nginx-lua ]]; }
 
 # ticks NAME: CPU clock ticks used so far by every process in NAME's session,
 # including reaped children (utime+stime+cutime+cstime of /proc/PID/stat).
@@ -317,12 +362,16 @@ check_fencing() {
   if ((${#bad[@]})); then echo "FAIL(${bad[*]})"; else echo ok; fi
 }
 
-# fence_decisions: fenceproxy's request counters by decision, "admitted=N,stale=N,...,upstream_errors=N"
+# fence_decisions [TARGET]: a fenceproxy target's request counters by
+# decision, then its drain barrier's outcomes,
+# "admitted=N,stale=N,...,upstream_errors=N,drain_none=N,drain_waited=N,..."
 fence_decisions() {
-  curl -s -m 5 "http://127.0.0.1:$PORT_ADMIN/metrics" | awk '
+  curl -s -m 5 "http://127.0.0.1:$(admin_port_of "${1:-fenceproxy}")/metrics" | awk '
     /^fenceproxy_requests_total\{/ { match($0, /decision="[a-z_]+"/); d = substr($0, RSTART + 10, RLENGTH - 11); n[d] += $NF; if (!(d in seen)) { seen[d] = 1; order[++k] = d } }
     /^fenceproxy_upstream_errors_total\{/ { up += $NF }
-    END { for (i = 1; i <= k; i++) printf "%s=%d,", order[i], n[order[i]]; printf "upstream_errors=%d\n", up }'
+    /^fenceproxy_drain_total\{/ { match($0, /outcome="[a-z_]+"/); o = substr($0, RSTART + 9, RLENGTH - 10); dn[o] += $NF; if (!(o in dseen)) { dseen[o] = 1; dorder[++dk] = o } }
+    END { for (i = 1; i <= k; i++) printf "%s=%d,", order[i], n[order[i]]; printf "upstream_errors=%d", up
+      for (i = 1; i <= dk; i++) printf ",drain_%s=%d", dorder[i], dn[dorder[i]]; printf "\n" }'
 }
 
 # decisions_delta BEFORE AFTER: the non-zero differences, "stale=3,admitted=99"
@@ -351,12 +400,14 @@ measure() {
   [[ -s $file ]] || printf '%s\n' "$RESULT_COLUMNS" >"$file"
 
   local p0 o0 r0 s0 t0 dec0="" logsize=0
-  if [[ $target == fenceproxy ]]; then
-    dec0=$(fence_decisions)
-    logsize=$(stat -c %s "$RUN_DIR/fenceproxy.log")
+  if is_fenceproxy "$target"; then
+    dec0=$(fence_decisions "$target")
+    logsize=$(stat -c %s "$RUN_DIR/$target.log")
   elif [[ $target == nginx-lua ]]; then
     logsize=$(stat -c %s "$RUN_DIR/nginxlua/error.log" 2>/dev/null || echo 0)
   fi
+  # Redis's own count of the commands this run sent (scripts' inner commands included)
+  ! uses_redis "$target" || redis-cli -p "$PORT_REDIS" CONFIG RESETSTAT >/dev/null
   p0=$(ticks "$comp")
   o0=$(ticks origin)
   r0=$(ticks redis)
@@ -374,8 +425,11 @@ measure() {
   local wrkline
   wrkline=$(grep '^WRKOUT ' "$out" || true)
   [[ -n $wrkline ]] || die "wrk against $target produced no result: $(tail -n 3 "$out")"
+  if uses_redis "$target"; then
+    redis_commands "${file%.tsv}-redis.tsv" "$setting" "$round" "$target" "$(sed -n 's/.* requests=\([0-9]*\) .*/\1/p' <<<"$wrkline")"
+  fi
   local decisions=-
-  [[ $target == fenceproxy ]] && decisions=$(decisions_delta "$dec0" "$(fence_decisions)")
+  ! is_fenceproxy "$target" || decisions=$(decisions_delta "$dec0" "$(fence_decisions "$target")")
   uses_redis "$target" || r1=$r0
   local row
   row=$(awk -v line="$wrkline" -v set="$setting" -v rnd="$round" -v tg="$target" -v c="$conns" \
@@ -391,11 +445,24 @@ measure() {
   local non2xx sockerr
   non2xx=$(cut -f11 <<<"$row")
   sockerr=$(cut -f12 <<<"$row")
-  printf '  %-10s c=%-3s round %s: %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  non2xx=%s sockerr=%s  cpu %s=%.2f origin=%.2f redis=%.2f wrk=%.2f idle=%.2f\n' \
+  printf '  %-18s c=%-3s round %s: %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  non2xx=%s sockerr=%s  cpu %s=%.2f origin=%.2f redis=%.2f wrk=%.2f idle=%.2f\n' \
     "$target" "$conns" "$round" "$(cut -f5 <<<"$row")" "$(awk -v x="$(cut -f7 <<<"$row")" 'BEGIN{print x/1000}')" \
     "$(awk -v x="$(cut -f9 <<<"$row")" 'BEGIN{print x/1000}')" "$non2xx" "$sockerr" "$comp" \
     "$(cut -f14 <<<"$row")" "$(cut -f15 <<<"$row")" "$(cut -f16 <<<"$row")" "$(cut -f17 <<<"$row")" "$(cut -f18 <<<"$row")" >&2
   if ((non2xx + sockerr > 0)); then explain "$target" "$logsize" "$decisions" "$out"; fi
+}
+
+# redis_commands FILE SETTING ROUND TARGET REQUESTS: Redis's command counts
+# since the last CONFIG RESETSTAT, one row per command (calls, total
+# microseconds, calls per request), appended to FILE.
+redis_commands() {
+  local file=$1 setting=$2 round=$3 target=$4 requests=$5
+  [[ -s $file ]] || printf 'setting\tround\ttarget\trequests\tcommand\tcalls\tusec\tcalls_per_req\n' >"$file"
+  redis-cli -p "$PORT_REDIS" INFO commandstats | tr -d '\r' | awk -F'[:,=]' -v set="$setting" -v rnd="$round" \
+    -v tg="$target" -v req="${requests:-0}" '
+    /^cmdstat_/ { cmd = substr($1, 9); calls = $3; usec = $5
+      if (cmd ~ /^(config|info)/) next # RESETSTAT, INFO and the start-up checks of the proxies
+      printf "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%.3f\n", set, rnd, tg, req, cmd, calls, usec, (req > 0 ? calls / req : 0) }' >>"$file"
 }
 
 # explain TARGET LOG_OFFSET DECISIONS WRK_OUT: say why answers were not 2xx
@@ -404,18 +471,18 @@ explain() {
   say "$target answered non-2xx or failed requests in this run; what explains them:"
   grep -E 'Socket errors|Non-2xx' "$out" | sed 's/^/    wrk: /' >&2 || true
   case $target in
-    fenceproxy) log=$RUN_DIR/fenceproxy.log ;;
+    fenceproxy | fenceproxy-nodrain) log=$RUN_DIR/$target.log ;;
     nginx-lua) log=$RUN_DIR/nginxlua/error.log ;;
     nginx) log=$RUN_DIR/nginx/error.log ;;
     go-plain) log=$RUN_DIR/goplain.log ;;
   esac
-  [[ $target != fenceproxy ]] || say "    fenceproxy decisions in this run: $decisions"
+  ! is_fenceproxy "$target" || say "    $target decisions in this run: $decisions"
   if [[ -f $log ]]; then
     tail -c +$((offset + 1)) "$log" | grep -v '"msg":"listening"' | head -n 8 | sed 's/^/    log: /' >&2 || true
     tail -c +$((offset + 1)) "$log" | stale_distances "$out" >&2 || true
     {
       printf '%s non-2xx explanation (%s):\n' "$target" "$out"
-      [[ $target != fenceproxy ]] || printf '  decisions: %s\n' "$decisions"
+      ! is_fenceproxy "$target" || printf '  decisions: %s\n' "$decisions"
       tail -c +$((offset + 1)) "$log" | head -n 50
     } >>"$RUN_DIR/non2xx-explained.log"
   fi

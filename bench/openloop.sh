@@ -10,7 +10,7 @@
 # targets). Reports p50/p90/p99/max of each and fenceproxy's added p99 over
 # go-plain (the goal: at most 1 ms).
 #
-#   bench/openloop.sh                     both Redis settings, ~3 min
+#   bench/openloop.sh                     both Redis settings, ~3.5 min
 #   REDIS_DURABLE=0 bench/openloop.sh     Redis without persistence only
 #   QUICK=1 bench/openloop.sh             1 round of 3 s per target
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run-all.sh: the whole load benchmark, what `make bench` runs (`make bench-quick`: QUICK=1).
 #
-#   bench/run-all.sh            ~8-9 min: compare.sh (both Redis settings), openloop.sh
+#   bench/run-all.sh            ~10 min: compare.sh (both Redis settings), openloop.sh
 #                               (both settings), sweep.sh; then writes performance-data.tsv,
 #                               performance.png and performance.md from this one run into
 #                               OUT_DIR and copies them to docs/

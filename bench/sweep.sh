@@ -39,6 +39,7 @@ for t in "${TARGETS[@]}"; do
     nginx) start_nginx ;;
     nginx-lua) start_nginxlua ;;
     fenceproxy) start_fenceproxy ;;
+    fenceproxy-nodrain) start_fenceproxy_nodrain ;;
     *) die "unknown target $t" ;;
   esac
 done

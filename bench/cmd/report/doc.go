@@ -17,6 +17,8 @@ const (
 	goalThrNone    = 0.95 // fenceproxy / go-plain, Redis without persistence
 	goalThrDurable = 0.75 // fenceproxy / go-plain, appendfsync always
 	goalAddedP99ms = 1.0  // open loop: fenceproxy p99 - go-plain p99
+	goalDrainOnOff = 0.9  // fenceproxy (drain barrier on) / fenceproxy-nodrain (FENCE_DRAIN=off)
+	goalDrainWake  = 5.0  // ms: median wait of a newer generation after the older request completed
 )
 
 // docCmd writes docs/performance.md from the files one bench/run-all.sh run
@@ -56,6 +58,19 @@ type runData struct {
 	sweep      [][]string // data file rows, header first
 	crosscheck string
 	ncpu       float64
+	cmds       map[string][]cmdRow // Redis commands per run, by setting
+	wake       []wakeRow           // bench/cmd/drainwake, drainwake.tsv
+	wakeLines  []string
+}
+
+// wakeRow is one target's row of bench/cmd/drainwake.
+type wakeRow struct {
+	label, target               string
+	n, measured                 int
+	hold, gap                   float64 // ms
+	p50, p90, p99, max, lone    float64 // microseconds; NaN when nothing was measured
+	overtook, reordered, errors int
+	overlapped                  int // -1: not measured (a run before the origin could tell)
 }
 
 type olRow struct {
@@ -68,7 +83,8 @@ type olRow struct {
 }
 
 func loadRun(dir, docs string) (*runData, error) {
-	d := &runData{dir: dir, docs: docs, machine: map[string]string{}, compare: map[string][]row{}, lines: map[string]string{}}
+	d := &runData{dir: dir, docs: docs, machine: map[string]string{}, compare: map[string][]row{}, lines: map[string]string{},
+		cmds: map[string][]cmdRow{}}
 	kv, err := readTSV(filepath.Join(dir, "machine.tsv"))
 	if err != nil {
 		return nil, err
@@ -96,6 +112,11 @@ func loadRun(dir, docs string) (*runData, error) {
 		}
 		d.settings = append(d.settings, s)
 		d.compare[s] = rows
+		cmds, err := readCmdRows(filepath.Join(dir, "compare-"+s+"-redis.tsv"))
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+		d.cmds[s] = cmds
 	}
 	if len(d.settings) == 0 {
 		return nil, fmt.Errorf("%s: no compare-*.tsv", dir)
@@ -105,6 +126,32 @@ func loadRun(dir, docs string) (*runData, error) {
 			s := strings.TrimPrefix(l, "compare[redis=")
 			s = s[:strings.IndexByte(s, ']')]
 			d.lines[s] = l
+		}
+		if strings.HasPrefix(l, "drain-wake[") {
+			d.wakeLines = append(d.wakeLines, l)
+		}
+	}
+	if wk, err := readTSV(filepath.Join(dir, "drainwake.tsv")); err == nil && len(wk) > 1 {
+		col := index(wk[0])
+		for _, r := range wk[1:] {
+			f := func(name string) float64 {
+				v, err := strconv.ParseFloat(get(r, col, name), 64)
+				if err != nil {
+					return math.NaN()
+				}
+				return v
+			}
+			i := func(name string) int {
+				v, err := strconv.Atoi(get(r, col, name))
+				if err != nil {
+					return -1
+				}
+				return v
+			}
+			d.wake = append(d.wake, wakeRow{label: get(r, col, "label"), target: get(r, col, "target"), n: i("n"), measured: i("measured"),
+				hold: f("hold_ms"), gap: f("gap_ms"), p50: f("after_older_p50_us"), p90: f("after_older_p90_us"), p99: f("after_older_p99_us"),
+				max: f("after_older_max_us"), lone: f("lone_p50_us"), overtook: i("overtook"), reordered: i("reordered"), errors: i("errors"),
+				overlapped: i("overlapped")})
 		}
 	}
 	for _, l := range lines(filepath.Join(dir, "openloop.out")) {
@@ -244,6 +291,13 @@ func (d *runData) render() string {
 	p(" Every number below comes from that run; the figures are ratios and differences of targets measured\n")
 	p("side by side, interleaved round by round, on a shared virtual machine where absolute numbers drift\n")
 	p("from minute to minute. Regenerate it with `make bench` (see [How to reproduce](#how-to-reproduce)).\n\n")
+	p("**fenceproxy** in every table is fenceproxy as shipped: the drain barrier on (`FENCE_DRAIN=on`, the default),\n")
+	p("so every admission also registers its request as in flight and every completed request sends a release.\n")
+	if d.hasNodrain() {
+		p("**fenceproxy-nodrain** is the same binary with `FENCE_DRAIN=off`, measured in the same interleaved rounds,\n")
+		p("so *drain on ÷ off* is what the barrier costs.\n")
+	}
+	p("\n")
 
 	// ---- summary
 	p("## Summary\n\n")
@@ -255,7 +309,7 @@ func (d *runData) render() string {
 		if s == "durable" {
 			goal = goalThrDurable
 		}
-		p("- Throughput, Redis %s: fenceproxy does **%.2f×** go-plain (goal ≥ %.2f: %s)", settingName(s), r, goal, verdict(r >= goal))
+		p("- Throughput, Redis %s: fenceproxy (drain barrier on) does **%.2f×** go-plain (goal ≥ %.2f: %s)", settingName(s), r, goal, verdict(r >= goal))
 		if ng, ok := st["nginx"]; ok {
 			p(", %.2f× nginx", fp.rps/ng.rps)
 		}
@@ -271,6 +325,70 @@ func (d *runData) render() string {
 			p(", nginx+Lua %.0f µs (+%.0f µs in Redis)", nl.usProxy, nl.usRedis)
 		}
 		p(".\n")
+	}
+	for _, s := range d.settings {
+		st, _ := d.stats(s)
+		fp, gp := st["fenceproxy"], st["go-plain"]
+		nd, ok := st[nodrain]
+		if !ok {
+			continue
+		}
+		r := fp.rps / nd.rps
+		p("- Drain barrier on ÷ off, Redis %s: **%.2f** (goal ≥ %.2f: %s)", settingName(s), r, goalDrainOnOff, verdict(r >= goalDrainOnOff))
+		if rr := roundRatios(d.compare[s], "fenceproxy", nodrain, fp.conns); len(rr) > 1 {
+			p(", round by round %.2f-%.2f", rr[0], rr[len(rr)-1])
+		}
+		p("; fenceproxy-nodrain does %.2f× go-plain", nd.rps/gp.rps)
+		p(". CPU per request on vs off: fenceproxy %.0f vs %.0f µs, Redis %.0f vs %.0f µs", fp.usProxy, nd.usProxy, fp.usRedis, nd.usRedis)
+		con, coff := commandsPerRequest(d.cmds[s], s, "fenceproxy"), commandsPerRequest(d.cmds[s], s, nodrain)
+		if len(con) > 0 && len(coff) > 0 {
+			p("; Redis script runs per request %.3f vs %.3f", scriptRuns(con), scriptRuns(coff))
+		}
+		p(" (see [the drain barrier: on against off](#the-drain-barrier-on-against-off)).\n")
+	}
+	if w := d.wakeFor("fenceproxy"); len(w) > 0 {
+		var parts []string
+		for _, x := range w {
+			if x.measured == 0 {
+				parts = append(parts, fmt.Sprintf("Redis %s: nothing measured (%d overtook, %d reordered, %d errors)", settingName(strings.TrimPrefix(x.label, "redis=")), x.overtook, x.reordered, x.errors))
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("Redis %s: median **%.2f ms**, p99 %.2f ms (goal median < %.0f ms: %s)",
+				settingName(strings.TrimPrefix(x.label, "redis=")), x.p50/1000, x.p99/1000, goalDrainWake, verdict(x.p50/1000 < goalDrainWake)))
+		}
+		p("- Wait of a newer generation after the older request completed (barrier on; `bench/cmd/drainwake`, the newer\n")
+		p("  answer's end minus the older answer's end, from the client, so an upper bound): %s.", strings.Join(parts, "; "))
+		var on []string
+		for _, x := range w {
+			if x.overlapped >= 0 {
+				on = append(on, fmt.Sprintf("%d of %d", x.overlapped, x.n))
+			}
+		}
+		if len(on) > 0 {
+			p(" With the barrier on, the newer request reached the origin while it still held the older one in %s pairs", strings.Join(on, " and "))
+		}
+		if off := d.wakeFor(nodrain); len(off) > 0 {
+			var o []string
+			for _, x := range off {
+				if x.overlapped >= 0 {
+					o = append(o, fmt.Sprintf("%d of %d", x.overlapped, x.n))
+				} else {
+					o = append(o, fmt.Sprintf("%d of %d", x.overtook, x.n))
+				}
+			}
+			what := "the newer request's answer came before the older one's"
+			if off[0].overlapped >= 0 {
+				what = "the newer request reached the origin while it still held the older one"
+			}
+			if len(on) > 0 {
+				p("; with it off, in %s.", strings.Join(o, " and "))
+			} else {
+				p(" With the barrier off, %s in %s pairs.", what, strings.Join(o, " and "))
+			}
+		} else if len(on) > 0 {
+			p(".")
+		}
+		p("\n")
 	}
 	for _, s := range d.settings {
 		var parts []string
@@ -295,7 +413,8 @@ func (d *runData) render() string {
 	for _, s := range d.settings {
 		st, _ := d.stats(s)
 		bad += st["fenceproxy"].non2xx + st["fenceproxy"].sockerr
-		if l := d.lines[s]; l != "" && !strings.HasSuffix(l, "stale-check=ok") {
+		if l := d.lines[s]; l != "" && (!strings.HasSuffix(l, "stale-check=ok") ||
+			(strings.Contains(l, " nodrain-check=") && !strings.Contains(l, " nodrain-check=ok "))) {
 			checks = "FAILED (see the summary lines)"
 		}
 	}
@@ -318,7 +437,16 @@ func (d *runData) render() string {
 		}
 		p(".\n")
 	}
-	p("- fenceproxy answered non-2xx or failed %d times under load; the functional checks before measuring (fresh token admitted, older refused, exact past 2^53, the mark in Redis): %s.\n", bad, checks)
+	p("- fenceproxy answered non-2xx or failed %d times under load", bad)
+	if d.hasNodrain() {
+		var nbad int64
+		for _, s := range d.settings {
+			st, _ := d.stats(s)
+			nbad += st[nodrain].non2xx + st[nodrain].sockerr
+		}
+		p(" (fenceproxy-nodrain %d times)", nbad)
+	}
+	p("; the functional checks before measuring (fresh token admitted, older refused, exact past 2^53, the mark in Redis): %s.\n", checks)
 	if st, ok := d.compare["none"]; ok && len(st) > 0 {
 		s, _ := d.stats("none")
 		fp := s["fenceproxy"]
@@ -350,7 +478,11 @@ func (d *runData) render() string {
 	p("  connections, tokens compared exactly as decimal strings, 409/428/400, 503 when Redis fails.\n")
 	p("- **fenceproxy**: built from the working tree as `make build` builds it, `FENCE_REDIS_URL` to a fresh\n")
 	p("  `redis-server`, a routes file mapping `/r/{key}` to resource `r/{key}`, `FENCE_LOG_LEVEL=info`\n")
-	p("  (every refusal logged), defaults otherwise.\n")
+	p("  (every refusal logged), defaults otherwise: the drain barrier is on.\n")
+	if d.hasNodrain() {
+		p("- **fenceproxy-nodrain**: the same binary, the same settings, plus `FENCE_DRAIN=off`, with its own key prefix\n")
+		p("  (`FENCE_KEY_PREFIX=fencend:`) in the same Redis.\n")
+	}
 	p("- **Redis**: a fresh `redis-server` per setting: without persistence (`--save '' --appendonly no`), or\n")
 	p("  durable (`--appendonly yes --appendfsync always`: every admission is fsynced before Redis answers).\n\n")
 	st0, conns := d.stats(d.settings[0])
@@ -358,17 +490,22 @@ func (d *runData) render() string {
 	for _, r := range d.compare[d.settings[0]] {
 		wall = append(wall, r.wall)
 	}
-	p("Load: `wrk -t2 -c%d` for about %.0f s per run, %d interleaved rounds (go-plain, nginx, nginx-lua, fenceproxy,\n",
-		conns, median(wall), st0["fenceproxy"].rounds)
+	order := "go-plain, nginx, nginx-lua, fenceproxy"
+	if d.hasNodrain() {
+		order += ", fenceproxy-nodrain"
+	}
+	p("Load: `wrk -t2 -c%d` for about %.0f s per run, %d interleaved rounds (%s,\n",
+		conns, median(wall), st0["fenceproxy"].rounds, order)
 	p("then again), after a warm-up of each; every request a `PUT /r/k<n>` (1,000 resources) with a 20-byte body and\n")
 	p("a 19-digit `Fencing-Token` rising per resource (`bench/wrk/put.lua`), so a correct fencing proxy admits all of\n")
 	p("them. Medians over the rounds; CPU from `/proc/<pid>/stat` (utime+stime of every process of a component)\n")
-	p("over each run.\n\n")
+	p("over each run; Redis's command statistics (`INFO commandstats`) reset before and read after each run of a\n")
+	p("target that uses Redis.\n\n")
 	cmdline := "bench/run-all.sh"
 	if b, err := os.ReadFile(filepath.Join(d.dir, "command.txt")); err == nil {
 		cmdline = strings.TrimSpace(string(b))
 	}
-	p("The command of this run: `%s` (from the repository's root), which ran, with one fenceproxy binary built by\n", cmdline)
+	p("The command of this run: `%s` (from the repository's root; the load part of `make bench`), which ran, with one fenceproxy binary built by\n", cmdline)
 	p("`make build`: `bench/compare.sh` (both Redis settings), `bench/openloop.sh` (both), `bench/sweep.sh`, then\n")
 	p("`bench/cmd/plot` and `bench/cmd/report doc`. Their defaults: `ROUNDS=3 DURATION=8s CONNS=32 WARMUP=2`;\n")
 	p("`RATE=1000 OL_DURATION=15s OL_ROUNDS=15 OL_PAIRED=20s OL_QUIET_LAG=1ms`; `SWEEP_CONNS=\"1 8 32 128\"\n")
@@ -414,6 +551,11 @@ func (d *runData) render() string {
 	}
 	p("Latency in these closed-loop runs is mostly queueing: with %d connections kept busy, p50 ≈ connections ÷ throughput.\n", conns)
 	p("The open-loop run below is the latency a service sees at a rate it can sustain.\n\n")
+
+	// ---- drain on/off
+	if d.hasNodrain() || len(d.wake) > 0 {
+		d.renderDrain(p)
+	}
 
 	// ---- open loop
 	if len(d.openloop) > 0 {
@@ -523,13 +665,19 @@ func (d *runData) render() string {
 	p("Redis share the same vCPUs, so a closed-loop run that saturates them is bounded by the CPU the *whole\n")
 	p("stack* spends per request. The ratio that CPU alone predicts (go-plain's stack ÷ fenceproxy's stack, both\n")
 	p("proxy + Redis + origin + wrk) against the one measured:\n\n")
-	p("| Redis | fenceproxy stack µs/request | go-plain stack µs/request | ratio predicted by CPU | measured |\n| --- | ---: | ---: | ---: | ---: |\n")
+	p("| Redis | target | its stack µs/request | go-plain stack µs/request | ratio predicted by CPU | measured |\n| --- | --- | ---: | ---: | ---: | ---: |\n")
 	for _, s := range d.settings {
 		st, _ := d.stats(s)
-		fp, gp := st["fenceproxy"], st["go-plain"]
-		fs := fp.usProxy + fp.usRedis + fp.usOrigin + fp.usWrk
+		gp := st["go-plain"]
 		gs := gp.usProxy + gp.usRedis + gp.usOrigin + gp.usWrk
-		p("| %s | %.0f | %.0f | %.2f | %.2f |\n", s, fs, gs, gs/fs, fp.rps/gp.rps)
+		for _, t := range []string{"fenceproxy", nodrain} {
+			fp, ok := st[t]
+			if !ok {
+				continue
+			}
+			fs := fp.usProxy + fp.usRedis + fp.usOrigin + fp.usWrk
+			p("| %s | %s | %.0f | %.0f | %.2f | %.2f |\n", s, t, fs, gs, gs/fs, fp.rps/gp.rps)
+		}
 	}
 	p("\nWhere the measured ratio is close to the predicted one, the gap to go-plain is CPU: fenceproxy's own\n")
 	p("(compare the proxy µs) and Redis's, which a Redis on another host would not take from the proxy. Where it\n")
@@ -599,7 +747,7 @@ func (d *runData) render() string {
 	p("## How to reproduce\n\n")
 	p("On Debian (as root, or with sudo):\n\n```sh\n")
 	p("apt-get install -y redis-server nginx wrk curl libnginx-mod-http-lua   # the Lua module is optional\n")
-	p("make bench         # the Go micro-benchmarks, then bench/run-all.sh: about 9 minutes; rewrites\n")
+	p("make bench         # the Go micro-benchmarks, then bench/run-all.sh: about 11 minutes; rewrites\n")
 	p("                   # docs/performance.{md,png} and docs/performance-data.tsv (raw results under bench/results/)\n")
 	p("make bench-quick   # QUICK=1 bench/run-all.sh: about 2 minutes, results under bench/results/ only\n")
 	p("```\n\n")
@@ -610,7 +758,8 @@ func (d *runData) render() string {
 	p("cd bench && go run ./cmd/plot -data ../docs/performance-data.tsv -out ../docs/performance.png\n")
 	p("```\n\n")
 	p("Knobs: `ROUNDS` (3), `DURATION` (8s), `CONNS` (32), `PORT_BASE` (28100; ports PORT_BASE..+9 must be free),\n")
-	p("`NGINX_LUA=0` to leave the peer out, `FENCEPROXY_BIN` to measure a given binary, `KEEP_RUN=1` to keep logs.\n")
+	p("`NGINX_LUA=0` to leave the peer out, `NODRAIN=0` to leave fenceproxy-nodrain out, `WAKE_N` (100; 0: no\n")
+	p("drain-wake measurement), `FENCEPROXY_BIN` to measure a given binary, `KEEP_RUN=1` to keep logs.\n")
 	p("A run with non-2xx answers prints fenceproxy's decision counters and refusal log lines for that run.\n")
 	p("The harness's own smoke test: `cd bench && go test -run TestCompareQuick .` (skipped with `-short` or without\n")
 	p("wrk, nginx, redis-server).\n")
@@ -686,4 +835,179 @@ func olVerdict(fp, gp olRow) string {
 		return fmt.Sprintf("noise-dominated, the generator's send lag p99 was %.1f ms: no verdict", lag)
 	}
 	return verdict((fp.p99-gp.p99)/1000 <= goalAddedP99ms)
+}
+
+// hasNodrain reports whether the run measured fenceproxy-nodrain.
+func (d *runData) hasNodrain() bool {
+	for _, s := range d.settings {
+		for _, r := range d.compare[s] {
+			if r.target == nodrain {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wakeFor is target's drainwake rows, in the order of the settings.
+func (d *runData) wakeFor(target string) []wakeRow {
+	var out []wakeRow
+	for _, w := range d.wake {
+		if w.target == target {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// drainOutcomes sums the drain_* counters in the decisions of st's runs:
+// "none 123456, waited 3" (outcomes in the order first seen), or "-".
+func drainOutcomes(st stats) string {
+	sum := map[string]int64{}
+	var order []string
+	for _, dec := range st.decisions {
+		for _, kv := range strings.Split(dec, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || !strings.HasPrefix(k, "drain_") {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				continue
+			}
+			k = strings.TrimPrefix(k, "drain_")
+			if _, seen := sum[k]; !seen {
+				order = append(order, k)
+			}
+			sum[k] += n
+		}
+	}
+	if len(order) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%s %s", k, thousands(float64(sum[k]))))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// renderDrain writes the section on the drain barrier's cost: throughput
+// and CPU with it on and off, Redis's commands per request, and the wait of
+// a newer generation after its older request completed.
+func (d *runData) renderDrain(p func(string, ...any)) {
+	p("## The drain barrier: on against off\n\n")
+	p("With the barrier on (the default), the admission script also enters the request into the resource's\n")
+	p("in-flight set (`{fence:<resource>}:inflight`: `TIME`, `ZADD`, `PTTL`/`PEXPIRE`, `ZRANGEBYLEX` in the same\n")
+	p("script run), and every completed request sends a release (batched, off the request path). fenceproxy and\n")
+	p("fenceproxy-nodrain ran in the same rounds, against the same Redis; *on ÷ off* is the barrier's cost\n")
+	p("(goal ≥ %.2f). Under this load (tokens rising per resource, each wrk thread cycling over its 500\n", goalDrainOnOff)
+	p("resources) an older request of the same resource is almost never still in flight, so the barrier\n")
+	p("costs its bookkeeping, not waiting: the drain outcomes below say how often a request did wait.\n\n")
+	if d.hasNodrain() {
+		p("| Redis | fenceproxy req/s (on) | fenceproxy-nodrain req/s (off) | on ÷ off | round by round | on ÷ off predicted by CPU | p99 ms on / off | proxy µs/request on / off | Redis µs/request on / off | non-2xx on / off |\n")
+		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, s := range d.settings {
+			st, _ := d.stats(s)
+			fp, ok1 := st["fenceproxy"]
+			nd, ok2 := st[nodrain]
+			if !ok1 || !ok2 {
+				continue
+			}
+			rr := roundRatios(d.compare[s], "fenceproxy", nodrain, fp.conns)
+			rounds := "-"
+			if len(rr) > 0 {
+				rounds = fmt.Sprintf("%.2f-%.2f", rr[0], rr[len(rr)-1])
+			}
+			stack := func(x stats) float64 { return x.usProxy + x.usRedis + x.usOrigin + x.usWrk }
+			p("| %s | %s | %s | **%.2f** | %s | %.2f | %.2f / %.2f | %.0f / %.0f | %.0f / %.0f | %d / %d |\n", s, thousands(fp.rps), thousands(nd.rps),
+				fp.rps/nd.rps, rounds, stack(nd)/stack(fp), fp.p99/1000, nd.p99/1000, fp.usProxy, nd.usProxy, fp.usRedis, nd.usRedis,
+				fp.non2xx+fp.sockerr, nd.non2xx+nd.sockerr)
+		}
+		p("\n*Predicted by CPU*: the whole stack's CPU per request (proxy + Redis + origin + wrk, all on the same vCPUs) with\n")
+		p("the barrier off ÷ with it on, as in [CPU per request](#cpu-per-request): the ratio a saturated machine would show\n")
+		p("if nothing but CPU mattered, and less disturbed by a neighbour's burst than requests/s.\n")
+		p("\nThe same against go-plain (goals ≥ %.2f without persistence, ≥ %.2f with `appendfsync always`):\n\n", goalThrNone, goalThrDurable)
+		p("| Redis | fenceproxy ÷ go-plain (on) | round by round | fenceproxy-nodrain ÷ go-plain (off) | round by round | goal |\n")
+		p("| --- | ---: | ---: | ---: | ---: | --- |\n")
+		for _, s := range d.settings {
+			st, _ := d.stats(s)
+			fp, gp, nd := st["fenceproxy"], st["go-plain"], st[nodrain]
+			span := func(a string) string {
+				rr := roundRatios(d.compare[s], a, "go-plain", fp.conns)
+				if len(rr) == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f-%.2f", rr[0], rr[len(rr)-1])
+			}
+			goal := goalFor(s)
+			p("| %s | **%.2f** | %s | %.2f | %s | ≥ %.2f: %s with the barrier on |\n", s, fp.rps/gp.rps, span("fenceproxy"),
+				nd.rps/gp.rps, span(nodrain), goal, verdict(fp.rps/gp.rps >= goal))
+		}
+		p("\n")
+		var any bool
+		for _, s := range d.settings {
+			if len(d.cmds[s]) > 0 {
+				any = true
+			}
+		}
+		if any {
+			p("Redis's own count of what each target's runs made it do (`INFO commandstats`, reset before each run; commands\n")
+			p("a script calls count on their own as well, so a script's µs include theirs), per request answered:\n\n")
+			p("| Redis | target | command | calls per request | Redis µs per request (its own timing) |\n| --- | --- | --- | ---: | ---: |\n")
+			for _, s := range d.settings {
+				for _, t := range []string{"fenceproxy", nodrain} {
+					for _, c := range commandsPerRequest(d.cmds[s], s, t) {
+						if c.callsPerReq < 0.001 {
+							continue
+						}
+						p("| %s | %s | %s | %.3f | %.2f |\n", s, t, c.command, c.callsPerReq, c.usecPerReq)
+					}
+				}
+			}
+			p("\n")
+		}
+		p("Drain outcomes of fenceproxy's measured requests (`fenceproxy_drain_total`, by outcome): ")
+		var parts []string
+		for _, s := range d.settings {
+			st, _ := d.stats(s)
+			parts = append(parts, fmt.Sprintf("Redis %s: %s", s, drainOutcomes(st["fenceproxy"])))
+		}
+		p("%s.\n\n", strings.Join(parts, "; "))
+	}
+	if len(d.wake) > 0 {
+		w0 := d.wake[0]
+		p("**The wait of a newer generation.** `bench/cmd/drainwake`, after the throughput rounds of each setting (no load\n")
+		p("of the benchmark's own running): %d times per target, on a resource of its own, an older request (token T) that the\n", w0.n)
+		p("origin holds %.0f ms, and %.0f ms after it a newer one (T+1). With the barrier on, the newer request is admitted\n", w0.hold, w0.gap)
+		p("and then waits until the older one has been answered; *after older* is the end of the newer answer minus the\n")
+		p("end of the older answer, seen by the client: the release, the wake, the check, and the newer request's own\n")
+		p("trip to the origin and back (about a *lone* request's latency, less its admission). Goal: median under %.0f ms.\n", goalDrainWake)
+		p("*Newer overtook older* counts the pairs whose newer answer the client read first (left out of *after older*):\n")
+		p("with the barrier on, the proxy has written the older answer before it releases the older request, so that\n")
+		p("is the client reading its older connection late on a busy machine. The barrier's own test is *at the origin*:\n")
+		p("pairs whose newer request reached the origin while the origin still held the older one (\"-\": not measured\n")
+		p("in this run). *Reordered*: the older request was admitted after the newer one (refused 409), not measured.\n\n")
+		p("| Redis | target | pairs | after older p50 ms | p90 ms | p99 ms | max ms | lone request p50 ms | newer overtook older (client) | newer reached the origin while older held | reordered / errors |\n")
+		p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, w := range d.wake {
+			msOr := func(us float64) string {
+				if math.IsNaN(us) {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f", us/1000)
+			}
+			overlapped := "-"
+			if w.overlapped >= 0 {
+				overlapped = strconv.Itoa(w.overlapped)
+			}
+			p("| %s | %s | %d | %s | %s | %s | %s | %s | %d | %s | %d / %d |\n", strings.TrimPrefix(w.label, "redis="), w.target, w.n,
+				msOr(w.p50), msOr(w.p90), msOr(w.p99), msOr(w.max), msOr(w.lone), w.overtook, overlapped, w.reordered, w.errors)
+		}
+		p("\nWith the barrier off, a newer request reaching the origin while the older one is still there is the race the\n")
+		p("barrier closes.\n\n")
+	}
+	if len(d.wakeLines) > 0 {
+		p("```\n%s\n```\n\n", strings.Join(d.wakeLines, "\n"))
+	}
 }

@@ -38,8 +38,16 @@ func main() {
 	}
 }
 
-// compareOrder is the order targets are shown in.
-var compareOrder = []string{"fenceproxy", "go-plain", "nginx", "nginx-lua"}
+// compareOrder is the order targets are shown in. fenceproxy runs with the
+// drain barrier on (the default); fenceproxy-nodrain is the same binary
+// with FENCE_DRAIN=off.
+var compareOrder = []string{"fenceproxy", "go-plain", "nginx", "nginx-lua", "fenceproxy-nodrain"}
+
+// peers are the targets that are not fenceproxy: fenceproxy's throughput
+// ratio to each is reported as thr/<peer>.
+var peers = []string{"go-plain", "nginx", "nginx-lua"}
+
+const nodrain = "fenceproxy-nodrain"
 
 func compareCmd(args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
@@ -47,6 +55,8 @@ func compareCmd(args []string) error {
 	setting := fs.String("setting", "", "Redis setting label (none or durable)")
 	stale := fs.String("stale", "?", "result of the fenceproxy functional check")
 	luaCheck := fs.String("lua-check", "", "result of the nginx-lua functional check (empty: not run)")
+	nodrainCheck := fs.String("nodrain-check", "", "result of the fenceproxy-nodrain functional check (empty: not run)")
+	redisIn := fs.String("redis", "", "Redis commands per run (compare-SETTING-redis.tsv; optional)")
 	ncpu := fs.Int("ncpu", runtime.NumCPU(), "CPUs of the machine")
 	_ = fs.Parse(args)
 	rows, err := readRows(*in)
@@ -62,28 +72,86 @@ func compareCmd(args []string) error {
 	if len(mine) == 0 {
 		return fmt.Errorf("%s: no rows for setting %q", *in, *setting)
 	}
+	var cmds []cmdRow
+	if *redisIn != "" {
+		if cmds, err = readCmdRows(*redisIn); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
 	conns := mine[0].conns
 	st := map[string]stats{}
 	for _, t := range targetsIn(mine) {
 		st[t] = summarize(mine, t, conns, float64(*ncpu))
 	}
-	printCompareTable(os.Stderr, *setting, st)
-	fmt.Println(compareLine(*setting, mine, st, conns, *stale, *luaCheck))
+	printCompareTable(os.Stderr, *setting, st, cmds)
+	fmt.Println(compareLine(*setting, mine, st, conns, *stale, *luaCheck, *nodrainCheck, cmds))
 	return nil
 }
 
-func printCompareTable(w *os.File, setting string, st map[string]stats) {
+// goalFor is the throughput goal fenceproxy/go-plain at a Redis setting (NaN: none).
+func goalFor(setting string) float64 {
+	switch setting {
+	case "none":
+		return goalThrNone
+	case "durable":
+		return goalThrDurable
+	}
+	return math.NaN()
+}
+
+// goalWord is "met", "MISSED" or "-" (no goal, or no ratio).
+func goalWord(r, goal float64) string {
+	switch {
+	case math.IsNaN(r) || math.IsNaN(goal) || math.IsInf(r, 0):
+		return "-"
+	case r >= goal:
+		return "met"
+	}
+	return "MISSED"
+}
+
+// rpsRatio is a's median throughput over b's, NaN when either is missing.
+func rpsRatio(st map[string]stats, a, b string) float64 {
+	x, ok1 := st[a]
+	y, ok2 := st[b]
+	if !ok1 || !ok2 || y.rps <= 0 {
+		return math.NaN()
+	}
+	return x.rps / y.rps
+}
+
+// roundSpan is " (rounds lo-hi)" for the round-by-round ratios of a to b
+// when there are at least two, else "".
+func roundSpan(rows []row, a, b string, conns int) string {
+	rr := roundRatios(rows, a, b, conns)
+	if len(rr) < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" (rounds %.2f-%.2f)", rr[0], rr[len(rr)-1])
+}
+
+func printCompareTable(w *os.File, setting string, st map[string]stats, cmds []cmdRow) {
 	fmt.Fprintf(w, "medians, Redis %s:\n", settingName(setting))
-	fmt.Fprintf(w, "  %-10s %6s %8s %17s %8s %8s %7s %7s %10s %9s %8s\n",
+	fmt.Fprintf(w, "  %-18s %6s %8s %17s %8s %8s %7s %7s %10s %9s %8s\n",
 		"target", "rounds", "req/s", "(min-max)", "p50 ms", "p99 ms", "non2xx", "sockerr", "proxy us/r", "redis us/r", "other cpu")
 	for _, t := range compareOrder {
 		s, ok := st[t]
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(w, "  %-10s %6d %8.0f %8.0f-%-8.0f %8.2f %8.2f %7d %7d %10.0f %9.0f %8.2f\n",
+		fmt.Fprintf(w, "  %-18s %6d %8.0f %8.0f-%-8.0f %8.2f %8.2f %7d %7d %10.0f %9.0f %8.2f\n",
 			t, s.rounds, s.rps, s.rpsMin, s.rpsMax, s.p50/1000, s.p99/1000, s.non2xx, s.sockerr,
 			s.usProxy, s.usRedis, s.other)
+	}
+	for _, t := range compareOrder {
+		if cs := commandsPerRequest(cmds, setting, t); len(cs) > 0 {
+			fmt.Fprintf(w, "  Redis per request, %s: %s\n", t, formatCommands(cs, ", "))
+		}
+	}
+	for _, t := range compareOrder {
+		if s, ok := st[t]; ok && len(s.decisions) > 0 {
+			fmt.Fprintf(w, "  decisions, %s: %s\n", t, strings.Join(s.decisions, " | "))
+		}
 	}
 }
 
@@ -105,7 +173,7 @@ func ratio(a, b float64) string {
 }
 
 // compareLine is the one summary line of a compare run at one setting.
-func compareLine(setting string, rows []row, st map[string]stats, conns int, stale, luaCheck string) string {
+func compareLine(setting string, rows []row, st map[string]stats, conns int, stale, luaCheck, nodrainCheck string, cmds []cmdRow) string {
 	var b strings.Builder
 	fp := st["fenceproxy"]
 	fmt.Fprintf(&b, "compare[redis=%s]:", setting)
@@ -115,13 +183,21 @@ func compareLine(setting string, rows []row, st map[string]stats, conns int, sta
 		}
 	}
 	b.WriteString(" |")
-	for _, t := range compareOrder[1:] {
+	for _, t := range peers {
 		if s, ok := st[t]; ok {
 			fmt.Fprintf(&b, " thr/%s=%s", t, ratio(fp.rps, s.rps))
 		}
 	}
-	if rr := roundRatios(rows, "fenceproxy", "go-plain", conns); len(rr) > 1 {
-		fmt.Fprintf(&b, " (rounds %.2f-%.2f)", rr[0], rr[len(rr)-1])
+	b.WriteString(roundSpan(rows, "fenceproxy", "go-plain", conns))
+	if goal := goalFor(setting); !math.IsNaN(goal) {
+		fmt.Fprintf(&b, " goal>=%.2f:%s", goal, goalWord(rpsRatio(st, "fenceproxy", "go-plain"), goal))
+	}
+	if nd, ok := st[nodrain]; ok {
+		if gp, ok := st["go-plain"]; ok {
+			fmt.Fprintf(&b, " | nodrain/go-plain=%s%s", ratio(nd.rps, gp.rps), roundSpan(rows, nodrain, "go-plain", conns))
+		}
+		fmt.Fprintf(&b, " | drain-on/off=%s%s goal>=%.2f:%s", ratio(fp.rps, nd.rps), roundSpan(rows, "fenceproxy", nodrain, conns),
+			goalDrainOnOff, goalWord(rpsRatio(st, "fenceproxy", nodrain), goalDrainOnOff))
 	}
 	var deltas []string
 	for _, t := range compareOrder[1:] {
@@ -139,12 +215,35 @@ func compareLine(setting string, rows []row, st map[string]stats, conns int, sta
 			}
 		}
 	}
+	var rc []string
+	for _, t := range []string{"fenceproxy", nodrain} {
+		cs := commandsPerRequest(cmds, setting, t)
+		if len(cs) == 0 {
+			continue
+		}
+		var parts []string
+		for _, c := range cs {
+			if c.callsPerReq >= 0.001 {
+				parts = append(parts, fmt.Sprintf("%s:%.3f", c.command, c.callsPerReq))
+			}
+		}
+		rc = append(rc, t+"="+strings.Join(parts, ","))
+	}
+	if len(rc) > 0 {
+		b.WriteString(" | redis_calls/req " + strings.Join(rc, " "))
+	}
 	fmt.Fprintf(&b, " | non2xx=%d sockerr=%d", fp.non2xx, fp.sockerr)
+	if nd, ok := st[nodrain]; ok {
+		fmt.Fprintf(&b, " nodrain-non2xx=%d", nd.non2xx+nd.sockerr)
+	}
 	if nl, ok := st["nginx-lua"]; ok && nl.non2xx+nl.sockerr > 0 {
 		fmt.Fprintf(&b, " nginx-lua-non2xx=%d", nl.non2xx+nl.sockerr)
 	}
 	if luaCheck != "" {
 		fmt.Fprintf(&b, " lua-check=%s", luaCheck)
+	}
+	if nodrainCheck != "" {
+		fmt.Fprintf(&b, " nodrain-check=%s", nodrainCheck)
 	}
 	fmt.Fprintf(&b, " stale-check=%s", stale)
 	return b.String()

@@ -229,3 +229,131 @@ func targetsIn(rows []row) []string {
 	}
 	return ts
 }
+
+// cmdRow is one Redis command's count over one run (lib.sh's
+// redis_commands): Redis's statistics were reset before the run, so they
+// are the commands that target's requests (and its releases) caused.
+type cmdRow struct {
+	setting, target, command string
+	round                    int
+	requests, calls, usec    int64
+}
+
+// readCmdRows reads a compare-SETTING-redis.tsv file.
+func readCmdRows(path string) ([]cmdRow, error) {
+	t, err := readTSV(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(t) == 0 {
+		return nil, nil
+	}
+	col := index(t[0])
+	for _, need := range []string{"setting", "round", "target", "requests", "command", "calls", "usec"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("%s: no column %q in the header", path, need)
+		}
+	}
+	var out []cmdRow
+	for i, r := range t[1:] {
+		var bad error
+		n := func(name string) int64 {
+			v, err := strconv.ParseInt(get(r, col, name), 10, 64)
+			if err != nil && bad == nil {
+				bad = fmt.Errorf("%s:%d: column %s: %v", path, i+2, name, err)
+			}
+			return v
+		}
+		c := cmdRow{setting: get(r, col, "setting"), target: get(r, col, "target"), command: get(r, col, "command"),
+			round: int(n("round")), requests: n("requests"), calls: n("calls"), usec: n("usec")}
+		if bad != nil {
+			return nil, bad
+		}
+		if c.command == "" {
+			return nil, fmt.Errorf("%s:%d: no command", path, i+2)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// cmdStat is what Redis did per request for one target: each command's
+// calls and microseconds per request, over all its runs.
+type cmdStat struct {
+	command                     string
+	callsPerReq, usecPerReq     float64
+	calls, usec, requestsOfRuns int64
+}
+
+// commandsPerRequest sums target's runs at setting: every command's calls
+// and Redis-side microseconds divided by the requests of those runs, the
+// busiest first. Commands called from scripts count on their own too, so
+// an EVALSHA's usec includes its ZADD's.
+func commandsPerRequest(rows []cmdRow, setting, target string) []cmdStat {
+	requests := map[int]int64{}
+	by := map[string]*cmdStat{}
+	for _, r := range rows {
+		if r.setting != setting || r.target != target {
+			continue
+		}
+		requests[r.round] = r.requests
+		c := by[r.command]
+		if c == nil {
+			c = &cmdStat{command: r.command}
+			by[r.command] = c
+		}
+		c.calls += r.calls
+		c.usec += r.usec
+	}
+	var total int64
+	for _, n := range requests {
+		total += n
+	}
+	var out []cmdStat
+	for _, c := range by {
+		c.requestsOfRuns = total
+		if total > 0 {
+			c.callsPerReq = float64(c.calls) / float64(total)
+			c.usecPerReq = float64(c.usec) / float64(total)
+		}
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b cmdStat) int {
+		if a.calls != b.calls {
+			if a.calls > b.calls {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.command, b.command)
+	})
+	return out
+}
+
+// scriptRuns is the script calls (EVALSHA, EVAL, FCALL) per request among cs.
+func scriptRuns(cs []cmdStat) float64 {
+	var x float64
+	for _, c := range cs {
+		switch c.command {
+		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+			x += c.callsPerReq
+		}
+	}
+	return x
+}
+
+// formatCommands is "evalsha 0.12/req 3.1us/req, zadd 1.00/req ..." for the
+// commands called at least once per 1,000 requests.
+func formatCommands(cs []cmdStat, sep string) string {
+	var parts []string
+	for _, c := range cs {
+		if c.callsPerReq < 0.001 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.3f/req %.1fus/req", c.command, c.callsPerReq, c.usecPerReq))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, sep)
+}
