@@ -134,19 +134,30 @@ local function enter(key, token, seq, timeout, id, now)
     order = order .. pad(seq)
   end
   local member = order .. ':' .. string.format('%015.0f', now + timeout) .. ':' .. id
-  local _, err = call('ZADD', key, 0, member)
+  -- The first entry tells most of it in one command: none means a new key
+  -- (nothing older, no TTL to read); one at or after order means nothing
+  -- older either. Only an older first entry needs the walk (older), which
+  -- also drops entries past their deadlines.
+  local first, err = call('ZRANGEBYLEX', key, '-', '+', 'LIMIT', 0, 1)
   if err then return nil, 0, 0, err end
-  -- Not PEXPIRE GT: it takes a key without a TTL for one that never
-  -- expires, and would leave it so.
-  local keep = timeout + 1000
-  local ttl
-  ttl, err = call('PTTL', key)
-  if not err and ttl < keep then
-    _, err = call('PEXPIRE', key, string.format('%.0f', keep))
-  end
-  local o, expired
-  if not err then
+  local o, expired = 0, 0
+  if #first > 0 and first[1] < order then
     o, expired, err = older(key, order, now)
+    if err then return nil, 0, 0, err end
+  end
+  local _
+  _, err = call('ZADD', key, 0, member)
+  if err then return nil, 0, 0, err end
+  -- The key lives at least as long as its latest deadline: a TTL of the
+  -- flight and a second more, renewed once it has fallen below the flight
+  -- (so about once a second on a busy key, not per admission). Not PEXPIRE
+  -- GT: it takes a key without a TTL for one that never expires.
+  local ttl = -1
+  if #first > 0 then
+    ttl, err = call('PTTL', key)
+  end
+  if not err and ttl < timeout then
+    _, err = call('PEXPIRE', key, string.format('%.0f', timeout + 1000))
   end
   if err then
     call('ZREM', key, member)
