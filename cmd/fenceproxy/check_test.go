@@ -109,6 +109,41 @@ func TestCheckPrintsRouteTable(t *testing.T) {
 			t.Errorf("no row %q in:\n%s", row, out)
 		}
 	}
+
+	// A route out of the drain barrier says so in FENCE; FENCE_DRAIN=off
+	// says it of every fenced rule, and the barrier's line follows the
+	// variables.
+	routes = writeRoutes(t, `routes:
+  - {name: slow, path: /slow, resource: slow, drain: false}
+  - {name: fast, path: /fast, resource: fast}
+`)
+	for _, tc := range []struct {
+		env        map[string]string
+		slow, fast []string
+		line       string
+	}{
+		{map[string]string{"FENCE_DRAIN_TIMEOUT": "2s"},
+			[]string{"on,", "no", "drain"}, []string{"on"}, "Drain barrier: on (FENCE_DRAIN); an admitted request waits"},
+		{map[string]string{"FENCE_DRAIN": "off", "FENCE_UPSTREAM_TIMEOUT": "5s"},
+			[]string{"on,", "no", "drain"}, []string{"on,", "no", "drain"}, "Drain barrier: off (FENCE_DRAIN=off)"},
+	} {
+		env := map[string]string{"FENCE_UPSTREAM_URL": "http://127.0.0.1:3000", "FENCE_ROUTES_FILE": routes}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		out, err = runCheck(t, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow := append([]string{"slow", "POST,PUT,PATCH,DELETE", "/slow", "insensitive", "slow", ">=", "required"}, tc.slow...)
+		fast := append([]string{"fast", "POST,PUT,PATCH,DELETE", "/fast", "insensitive", "fast", ">=", "required"}, tc.fast...)
+		if !hasRow(out, slow) || !hasRow(out, fast) || !strings.Contains(out, tc.line) {
+			t.Errorf("%v: want rows %q, %q and %q in:\n%s", tc.env, slow, fast, tc.line, out)
+		}
+	}
+	if !strings.Contains(out, "FENCE_UPSTREAM_TIMEOUT 5s") {
+		t.Errorf("the barrier line does not show FENCE_UPSTREAM_TIMEOUT:\n%s", out)
+	}
 }
 
 // hasRow reports whether a line of out has exactly the fields row.
