@@ -49,7 +49,8 @@ type Report struct {
 	// Inversions and Overlaps are the order figures of what the upstream
 	// received (see Order): pairs of requests for one resource that the
 	// upstream began in an order other than their tokens', or overlapping.
-	// Measurements until the drain barrier exists; never counted by Safe.
+	// Never counted by Safe: the harness decides whether they fail a
+	// scenario (they do when the proxies run with the drain barrier).
 	Inversions, Overlaps int
 	// Linearizable is porcupine's verdict; CheckedOps how many operations it
 	// was given (indeterminate ones that cannot matter are left out).
@@ -57,8 +58,8 @@ type Report struct {
 	CheckedOps   int
 	// Examples describes the first few violations of each kind.
 	Examples []string
-	// OrderExamples describes the first few inversions and overlaps:
-	// measured, not violations (until the drain barrier).
+	// OrderExamples describes the first few inversions and overlaps (kept
+	// apart from Examples: Safe does not judge them).
 	OrderExamples []string
 }
 

@@ -93,4 +93,10 @@ type Forward struct {
 	// request, if it was told to) and was about to answer: when the write
 	// landed. 0 when unknown (still being processed).
 	End int64
+	// Abandoned: the proxy had closed the connection (given up on the
+	// request: its upstream deadline passed) before the upstream answered.
+	// The barrier then no longer waits for it, but the upstream may still
+	// be processing it: the documented bound of an upstream that keeps
+	// working past the deadline. Reported with the order examples.
+	Abandoned bool
 }

@@ -25,9 +25,13 @@ import (
 //     upstream that applies a write when its body is complete applies the
 //     lower one last.
 //
-// A drain barrier (a request admitted with token t sends nothing upstream
-// while an older-token request for its resource is in flight) makes both
-// zero; without one they are measurements, not safety figures.
+// fenceproxy's drain barrier (FENCE_DRAIN=on: a request admitted with token
+// t sends nothing upstream while an older-token request for its resource is
+// in flight, across replicas) makes both zero: with it they are safety
+// figures (the harness fails a scenario on them); without it, measurements.
+// The bound the barrier cannot pass: a request the proxy abandoned at its
+// upstream deadline while the upstream kept processing it (Forward.Abandoned
+// marks those in the examples).
 type Order struct {
 	Inversions int
 	Overlaps   int
@@ -112,9 +116,18 @@ func inversions(list []Forward, example func(kind, format string, args ...any)) 
 
 func endedOrNot(h *Forward, at int64) string {
 	if end(h) > at {
-		return " and was still being processed"
+		return " and was still being processed" + abandoned(h)
 	}
 	return fmt.Sprintf(" and ended at %v", ns(h.End))
+}
+
+// abandoned notes a forward the proxy gave up on before the upstream
+// answered it (see Forward.Abandoned).
+func abandoned(f *Forward) string {
+	if f.Abandoned {
+		return " (the proxy gave up on it before the upstream answered: its upstream deadline)"
+	}
+	return ""
 }
 
 // overlaps counts the pairs i < j (in begin order) with list[i].Token <
@@ -136,8 +149,8 @@ func overlaps(list []Forward, example func(kind, format string, args ...any)) in
 		for _, a := range active {
 			if a.Token < f.Token && a.At < f.At {
 				n++
-				example("overlap", "%s token %d (id %q) began at %v while token %d (id %q), begun at %v, was still being processed (until %v)",
-					f.Resource, f.Token, f.ID, ns(f.At), a.Token, a.ID, ns(a.At), endString(a))
+				example("overlap", "%s token %d (id %q) began at %v while token %d (id %q), begun at %v, was still being processed (until %v)%s",
+					f.Resource, f.Token, f.ID, ns(f.At), a.Token, a.ID, ns(a.At), endString(a), abandoned(a))
 			}
 		}
 		active = append(active, f)

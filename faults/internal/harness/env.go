@@ -25,22 +25,30 @@ type params struct {
 	loadFor            time.Duration // the load scenario's steady phase
 	checkTimeout       time.Duration // bound on porcupine, per scenario
 	storeTimeout       time.Duration // FENCE_STORE_TIMEOUT
-	slowRounds         int           // slow-body: stalled writes of each size
-	slowFor            time.Duration // slow-upstream: how long the load runs
+	// upstreamTimeout is FENCE_UPSTREAM_TIMEOUT, unless the scenario sets
+	// its own: how long a killed or frozen replica's requests hold the
+	// drain barrier for the others.
+	upstreamTimeout time.Duration
+	slowRounds      int           // slow-body: stalled writes of each size
+	slowFor         time.Duration // slow-upstream: how long the load runs
+	wakeTrials      int           // drain-wake: trials
 }
 
 var modes = map[string]params{
 	"short": {workers: 8, resources: 8, loadWorkers: 16, warmup: 2 * time.Second, cooldown: 3 * time.Second,
-		gap: 2 * time.Second, rounds: 1, loadFor: 15 * time.Second, checkTimeout: 30 * time.Second,
-		storeTimeout: 500 * time.Millisecond, slowRounds: 1, slowFor: 6 * time.Second},
+		gap: 2 * time.Second, rounds: 1, loadFor: 10 * time.Second, checkTimeout: 30 * time.Second,
+		storeTimeout: 500 * time.Millisecond, upstreamTimeout: 2 * time.Second, slowRounds: 1, slowFor: 6 * time.Second,
+		wakeTrials: 50},
 	// smoke is for the suite's own tests (the negative controls): one short
 	// injection, a few seconds of load.
 	"smoke": {workers: 8, resources: 8, loadWorkers: 8, warmup: time.Second, cooldown: 2 * time.Second,
 		gap: time.Second, rounds: 1, loadFor: 3 * time.Second, checkTimeout: 20 * time.Second,
-		storeTimeout: 500 * time.Millisecond, slowRounds: 1, slowFor: 3 * time.Second},
+		storeTimeout: 500 * time.Millisecond, upstreamTimeout: 2 * time.Second, slowRounds: 1, slowFor: 3 * time.Second,
+		wakeTrials: 10},
 	"long": {workers: 12, resources: 12, loadWorkers: 24, warmup: 3 * time.Second, cooldown: 5 * time.Second,
 		gap: 4 * time.Second, rounds: 5, loadFor: 120 * time.Second, checkTimeout: 180 * time.Second,
-		storeTimeout: 500 * time.Millisecond, slowRounds: 3, slowFor: 30 * time.Second},
+		storeTimeout: 500 * time.Millisecond, upstreamTimeout: 2 * time.Second, slowRounds: 3, slowFor: 30 * time.Second,
+		wakeTrials: 200},
 }
 
 type topology int
@@ -58,6 +66,14 @@ type scenario struct {
 	topo     topology
 	viaToxic bool // the proxies reach Redis through toxiproxy
 	workers  int  // 0: params.workers
+	noLoad   bool // no load workers: the scenario sends its own requests
+	// drainOff runs the proxies with FENCE_DRAIN=off: the order figures
+	// are measured (a measure= line), not failed; the safety figures
+	// still are.
+	drainOff bool
+	// upstreamTimeout, when set, is the proxies' FENCE_UPSTREAM_TIMEOUT
+	// instead of params.upstreamTimeout.
+	upstreamTimeout time.Duration
 	// inject runs while the load runs, and returns when the scenario's
 	// time is up (after its cooldown).
 	inject func(ctx context.Context, e *env) error
@@ -118,6 +134,14 @@ type env struct {
 	// checked with the load's; slow its stalled writes.
 	extra []check.Op
 	slow  []slowRound
+	// wake are the drain-wake trials; drain the replicas' drain metrics
+	// at the start and end of the load's steady phase.
+	wake  []wakeTrial
+	drain [2]drainSample
+	// probes are the expiry probes of proxy-kill and proxy-pause;
+	// probeProblems and probeViolations what they found wrong.
+	probes                         []expiryProbe
+	probeProblems, probeViolations []string
 }
 
 type checkpoint struct {
@@ -175,7 +199,7 @@ func (e *env) setup() error {
 	e.up = up
 	e.toxSrv = newToxicServer()
 	p := e.p
-	proxyEnv := map[string]string{"FENCE_STORE_TIMEOUT": p.storeTimeout.String()}
+	proxyEnv := e.proxyEnv()
 	clientOpts := func(addr string) *redis.Options {
 		return &redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
 			PoolSize: 2, DisableIdentity: true}
@@ -223,7 +247,8 @@ func (e *env) setup() error {
 	}
 	if e.opts.Break == "memory" {
 		// Each replica keeps its own marks: cross-replica fencing is gone.
-		proxyEnv = map[string]string{"FENCE_STORE": "memory", "FENCE_STORE_TIMEOUT": p.storeTimeout.String()}
+		proxyEnv = e.proxyEnv()
+		proxyEnv["FENCE_STORE"] = "memory"
 		_ = e.rc.Close()
 		e.rc = nil
 	}
@@ -242,6 +267,33 @@ func (e *env) setup() error {
 	}
 	return nil
 }
+
+// proxyEnv is the environment every replica gets: the store timeout, the
+// upstream deadline and the drain barrier (on unless the scenario measures
+// it off, or the "nodrain" control breaks it).
+func (e *env) proxyEnv() map[string]string {
+	up := e.upstreamTimeout()
+	drain := "on"
+	if e.drainOff() {
+		drain = "off"
+	}
+	return map[string]string{
+		"FENCE_STORE_TIMEOUT":    e.p.storeTimeout.String(),
+		"FENCE_UPSTREAM_TIMEOUT": up.String(),
+		"FENCE_DRAIN":            drain,
+	}
+}
+
+// upstreamTimeout is the proxies' FENCE_UPSTREAM_TIMEOUT.
+func (e *env) upstreamTimeout() time.Duration {
+	if e.sc.upstreamTimeout > 0 {
+		return e.sc.upstreamTimeout
+	}
+	return e.p.upstreamTimeout
+}
+
+// drainOff reports whether the proxies run without the drain barrier.
+func (e *env) drainOff() bool { return e.sc.drainOff || e.opts.Break == "nodrain" }
 
 func (e *env) newToxic(name, upstream string) (*Toxic, error) {
 	t, err := startToxic(e.toxSrv, name, upstream)

@@ -17,7 +17,7 @@ import (
 
 // Options configures Run.
 type Options struct {
-	// Mode is "short" (CI: about three minutes for all scenarios), "long"
+	// Mode is "short" (CI: about two minutes for all scenarios), "long"
 	// (longer load, more injections) or "smoke" (seconds per scenario: the
 	// suite's own tests).
 	Mode string
@@ -29,17 +29,12 @@ type Options struct {
 	// Break starts a deliberately broken system, to show that the checks
 	// can fail: "memory" (each replica its own FENCE_STORE=memory), "bypass"
 	// (some refused requests also go straight to the upstream),
-	// "nopersist" (Redis without AOF). Empty for a real run.
+	// "nopersist" (Redis without AOF), "nodrain" (the proxies run with
+	// FENCE_DRAIN=off while the order figures stay fatal). Empty for a real
+	// run.
 	Break string
 	// Dir is where the work directories go; os.TempDir() if empty.
 	Dir string
-	// InversionsFatal makes the order figures (inversions, overlaps, and
-	// the streamed slow body's older write landing after the newer one)
-	// fail a scenario. Off today: nothing in fenceproxy orders what reaches
-	// the upstream, so they are measurements. The drain barrier
-	// (FENCE_DRAIN) makes them zero; the version that adds it turns this on
-	// (the -inversions-fatal flag's default, and CI).
-	InversionsFatal bool
 	// Keep keeps the work directory (logs, AOF files) even when every
 	// scenario passed; a failed run always keeps it.
 	Keep bool
@@ -49,13 +44,16 @@ type Options struct {
 }
 
 // Breaks lists the valid Options.Break values.
-var Breaks = []string{"memory", "bypass", "nopersist"}
+var Breaks = []string{"memory", "bypass", "nopersist", "nodrain"}
 
 // Result is one scenario's outcome.
 type Result struct {
 	Name    string
 	Measure bool // a measurement of a configuration documented as unsafe
-	Report  check.Report
+	// DrainOff: the proxies ran with FENCE_DRAIN=off (a measure= line; the
+	// order figures are measured, the safety figures still fail the run).
+	DrainOff bool
+	Report   check.Report
 	// Problems are failed expectations (the fault had no effect, the
 	// proxies did not recover) and setup errors; a scenario with problems
 	// fails even when its figures are clean.
@@ -64,13 +62,17 @@ type Result struct {
 	// Measures are measure= lines that follow Line (the load figures).
 	Measures []string
 	// Violations are failed safety checks of the scenario's own (slow-body:
-	// the older write landed after the newer one); any fails the run.
+	// the older write, small or streamed, landed after the newer one;
+	// drain-wake and the expiry probes: a newer request reached the upstream
+	// while an older one was in flight); any fails the run.
 	Violations []string
-	// Order counts what a drain barrier forbids: the report's inversions
-	// and overlaps plus the scenario's own (slow-body: the streamed older
-	// write landing after the newer one). Fails the run only with
-	// InversionsFatal.
-	Order           int
+	// Order counts what the drain barrier forbids: the report's inversions
+	// and overlaps. Fails the run when InversionsFatal is set.
+	Order int
+	// InversionsFatal: the proxies ran with the drain barrier
+	// (FENCE_DRAIN=on, their default), so the order figures are safety
+	// figures. Off only where a scenario runs them with FENCE_DRAIN=off
+	// to measure what the barrier buys.
 	InversionsFatal bool
 	Duration        time.Duration
 }
@@ -78,8 +80,9 @@ type Result struct {
 // Failed reports whether the result fails the run: a safety figure is
 // non-zero, the history is not linearizable, an admitted request never
 // reached the upstream, a safety check of the scenario's own failed, or the
-// scenario could not run as designed; with InversionsFatal also an order
-// figure is non-zero. A measurement fails only when it could not run.
+// scenario could not run as designed; with InversionsFatal (the drain
+// barrier on) also an order figure is non-zero. A measurement of an unsafe
+// configuration fails only when it could not run.
 func (r *Result) Failed() bool {
 	if len(r.Problems) > 0 {
 		return true
@@ -181,7 +184,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 			fmt.Fprintf(opts.Log, "faults: %s: %s\n", sc.name, ex)
 		}
 		orderKind := "measured"
-		if opts.InversionsFatal {
+		if res.InversionsFatal {
 			orderKind = "fatal"
 		}
 		for _, ex := range res.Report.OrderExamples {

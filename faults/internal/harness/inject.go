@@ -72,6 +72,10 @@ func redisPause(ctx context.Context, e *env) error {
 		if err := e.master.Stop(); err != nil {
 			return err
 		}
+		if _, err := waitStopped(e.master.Pid(), 2*time.Second); err != nil {
+			_ = e.master.Cont()
+			return err
+		}
 		err := e.sleep(ctx, 3*e.p.storeTimeout)
 		if cerr := e.master.Cont(); cerr != nil {
 			return cerr
@@ -93,11 +97,13 @@ func proxyKill(ctx context.Context, e *env) error {
 		if err := e.pause(ctx, i); err != nil {
 			return err
 		}
+		probe := e.startExpiryProbe(i)
 		start := e.now()
 		pid := r.Pid()
 		if err := r.Kill(); err != nil {
 			return err
 		}
+		e.faulted(probe)
 		if err := e.sleep(ctx, time.Second); err != nil {
 			return err
 		}
@@ -106,6 +112,7 @@ func proxyKill(ctx context.Context, e *env) error {
 		}
 		e.fault(start, 1)
 		e.logf("SIGKILL fenceproxy1 pid %d, restarted as pid %d", pid, r.Pid())
+		e.probeProblems = append(e.probeProblems, e.finish(probe, e.now(), false)...)
 	}
 	return e.sleep(ctx, e.p.cooldown)
 }
@@ -119,11 +126,20 @@ func proxyPause(ctx context.Context, e *env) error {
 		if err := e.pause(ctx, i); err != nil {
 			return err
 		}
+		probe := e.startExpiryProbe(i)
 		start := e.now()
 		if err := r.Stop(); err != nil {
 			return err
 		}
-		err := e.sleep(ctx, 4*e.p.storeTimeout)
+		took, err := waitStopped(r.Pid(), 2*time.Second)
+		if err != nil {
+			_ = r.Cont()
+			return err
+		}
+		e.faulted(probe)
+		e.logf("fenceproxy1 stopped %v after SIGSTOP", took.Round(10*time.Microsecond))
+		err = e.sleep(ctx, 4*e.p.storeTimeout)
+		resumed := e.now()
 		if cerr := r.Cont(); cerr != nil {
 			return cerr
 		}
@@ -132,6 +148,7 @@ func proxyPause(ctx context.Context, e *env) error {
 		}
 		e.fault(start, 1)
 		e.logf("SIGSTOP fenceproxy1 pid %d for %v, SIGCONT", r.Pid(), 4*e.p.storeTimeout)
+		e.probeProblems = append(e.probeProblems, e.finish(probe, resumed, true)...)
 	}
 	return e.sleep(ctx, e.p.cooldown)
 }
@@ -331,8 +348,9 @@ func failover(ctx context.Context, e *env) error {
 	return e.sleep(ctx, e.p.cooldown)
 }
 
-// steadyLoad: no fault. After the warmup, the replicas' memory is sampled,
-// the load runs for loadFor, and is sampled again.
+// steadyLoad: no fault. After the warmup, the replicas' memory (and, with
+// the drain barrier, their drain metrics) is sampled, the load runs for
+// loadFor, and is sampled again.
 func steadyLoad(ctx context.Context, e *env) error {
 	if err := e.sleep(ctx, e.p.warmup); err != nil {
 		return err
@@ -340,6 +358,12 @@ func steadyLoad(ctx context.Context, e *env) error {
 	before, err := e.memory()
 	if err != nil {
 		return err
+	}
+	var drain [2]drainSample
+	if !e.drainOff() {
+		if drain[0], err = e.drainMetrics(); err != nil {
+			return err
+		}
 	}
 	t0 := e.now()
 	if err := e.sleep(ctx, e.p.loadFor); err != nil {
@@ -350,9 +374,15 @@ func steadyLoad(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	if !e.drainOff() {
+		if drain[1], err = e.drainMetrics(); err != nil {
+			return err
+		}
+	}
 	e.recovered = t0 // "after the last fault": the steady phase
 	e.steady = [2]int64{t0, t1}
 	e.mem = [2][]Memory{before, after}
+	e.drain = drain
 	return nil
 }
 
@@ -368,13 +398,18 @@ func (e *env) memory() ([]Memory, error) {
 	return out, nil
 }
 
-// loadMeasures is the measure=load line: throughput and errors over the
-// steady phase, latency of admitted writes, the replicas' memory before and
-// after.
-func loadMeasures(e *env, ops []check.Op, _ *check.Report) []string {
-	if e.mem[0] == nil {
-		return nil
-	}
+// steadyRate is the load over the steady phase: writes, admitted writes,
+// errors, and the latency of admitted writes.
+type steadyRate struct {
+	secs               float64
+	ops, admitted      int
+	errRate            float64
+	p50, p99           time.Duration
+	opsPerS, admPerS   float64
+	workers, nReplicas int
+}
+
+func (e *env) steadyRate(ops []check.Op) steadyRate {
 	var steady []check.Op
 	for i := range ops {
 		o := &ops[i]
@@ -382,14 +417,36 @@ func loadMeasures(e *env, ops []check.Op, _ *check.Report) []string {
 			steady = append(steady, *o)
 		}
 	}
-	secs := time.Duration(e.steady[1] - e.steady[0]).Seconds()
-	admitted := count(steady, func(o *check.Op) bool { return o.Outcome == check.Admitted })
+	r := steadyRate{secs: time.Duration(e.steady[1] - e.steady[0]).Seconds(), ops: len(steady),
+		workers: e.ld.cfg.Workers, nReplicas: len(e.proxies)}
+	r.admitted = count(steady, func(o *check.Op) bool { return o.Outcome == check.Admitted })
 	errs := count(steady, func(o *check.Op) bool { return o.Outcome == check.Unavailable || o.Outcome == check.Failed })
-	rate := 0.0
 	if len(steady) > 0 {
-		rate = float64(errs) / float64(len(steady))
+		r.errRate = float64(errs) / float64(len(steady))
 	}
-	p50, p99 := latencies(steady)
+	if r.secs > 0 {
+		r.opsPerS, r.admPerS = float64(r.ops)/r.secs, float64(r.admitted)/r.secs
+	}
+	r.p50, r.p99 = latencies(steady)
+	return r
+}
+
+func (r steadyRate) String() string {
+	return fmt.Sprintf("workers=%d replicas=%d seconds=%.1f ops=%d ops_per_s=%.0f admitted=%d admitted_per_s=%.0f "+
+		"error_rate=%.4f admitted_p50=%v admitted_p99=%v",
+		r.workers, r.nReplicas, r.secs, r.ops, r.opsPerS, r.admitted, r.admPerS,
+		r.errRate, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond))
+}
+
+// loadMeasures is the measure=load line: throughput and errors over the
+// steady phase, latency of admitted writes, the replicas' memory before and
+// after; then the measure=load-drain line: the replicas' drain metrics
+// over the steady phase (how admitted requests passed the barrier, and how
+// long those that waited waited).
+func loadMeasures(e *env, ops []check.Op, _ *check.Report) []string {
+	if e.mem[0] == nil {
+		return nil
+	}
 	list := func(f func(m Memory) int64, ms []Memory) string {
 		s := make([]string, len(ms))
 		for i, m := range ms {
@@ -404,11 +461,25 @@ func loadMeasures(e *env, ops []check.Op, _ *check.Report) []string {
 	for i := range e.mem[0] {
 		growth[i] = fmt.Sprintf("%+d", e.mem[1][i].RSSKiB-e.mem[0][i].RSSKiB)
 	}
-	return []string{fmt.Sprintf("measure=load workers=%d replicas=%d seconds=%.1f ops=%d ops_per_s=%.0f admitted=%d admitted_per_s=%.0f "+
-		"error_rate=%.4f admitted_p50=%v admitted_p99=%v rss_kib_start=%s rss_kib_end=%s rss_growth_kib=%s "+
+	out := []string{fmt.Sprintf("measure=load %v rss_kib_start=%s rss_kib_end=%s rss_growth_kib=%s "+
 		"heap_inuse_kib_start=%s heap_inuse_kib_end=%s goroutines_start=%s goroutines_end=%s",
-		e.ld.cfg.Workers, len(e.proxies), secs, len(steady), float64(len(steady))/secs, admitted, float64(admitted)/secs,
-		rate, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond),
+		e.steadyRate(ops),
 		list(rss, e.mem[0]), list(rss, e.mem[1]), strings.Join(growth, ","),
 		list(heap, e.mem[0]), list(heap, e.mem[1]), list(gor, e.mem[0]), list(gor, e.mem[1]))}
+	if e.drain[1].outcomes != nil {
+		out = append(out, fmt.Sprintf("measure=load-drain seconds=%.1f %s",
+			time.Duration(e.steady[1]-e.steady[0]).Seconds(), drainFields(e.drain[1].add(e.drain[0], -1))))
+	}
+	return out
+}
+
+// drainOffFields are the load's figures without the barrier, for the
+// measure=load-drain-off line (beside its inversions and overlaps).
+func drainOffFields(e *env, ops []check.Op, _ *check.Report) []string {
+	if e.mem[0] == nil {
+		return nil
+	}
+	r := e.steadyRate(ops)
+	return []string{fmt.Sprintf("workers=%d seconds=%.1f ops_per_s=%.0f admitted_per_s=%.0f error_rate=%.4f admitted_p50=%v admitted_p99=%v",
+		r.workers, r.secs, r.opsPerS, r.admPerS, r.errRate, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond))}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -137,8 +138,20 @@ func (l *load) run(ctx context.Context) {
 const errorBackoff = 20 * time.Millisecond
 
 // clientTimeout bounds one request: longer than any pause a scenario
-// injects, so that a paused replica's requests complete after SIGCONT.
+// injects, so that a paused replica's requests complete after SIGCONT, and
+// than any FENCE_UPSTREAM_TIMEOUT the suite gives the proxies (at most
+// 5 s), so that a request waiting at the drain barrier gets the proxy's
+// answer rather than a client timeout.
 const clientTimeout = 15 * time.Second
+
+// newClient returns a client for one-off requests through the replicas
+// (the token comes from the request's context: client.WithToken).
+func newClient() *http.Client {
+	return &http.Client{
+		Transport: &client.Transport{Base: &http.Transport{DisableCompression: true}},
+		Timeout:   clientTimeout,
+	}
+}
 
 func (l *load) worker(ctx context.Context, w int) {
 	r := rand.New(rand.NewPCG(uint64(w)+1, uint64(time.Now().UnixNano())))
@@ -204,6 +217,9 @@ func (l *load) do(hc *http.Client, op *check.Op) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.replicas[op.Replica].URL()+routePath(op), strings.NewReader("w"))
 	req.Header.Set(RequestIDHeader, op.ID)
 	op.Call = l.clock.now()
+	// When the request left, on the history's clock: the slow upstream
+	// holds nothing past the proxy's deadline for it.
+	req.Header.Set(sentAtHeader, strconv.FormatInt(op.Call, 10))
 	resp, err := hc.Do(req)
 	if err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)

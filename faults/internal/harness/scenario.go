@@ -15,16 +15,23 @@ func scenarios(p params) []*scenario {
 	return []*scenario{
 		{name: "redis-kill", topo: single, inject: redisKill, expect: expectUnavailable(-1), fields: lostFields},
 		{name: "redis-pause", topo: single, inject: redisPause, expect: expectUnavailable(-1)},
-		{name: "proxy-kill", topo: single, inject: proxyKill, expect: expectOtherServes(true)},
-		{name: "proxy-pause", topo: single, inject: proxyPause, expect: expectOtherServes(false), fields: pausedFields},
+		{name: "proxy-kill", topo: single, inject: proxyKill, expect: expectOtherServes(true), fields: killedFields},
+		// The pause (2 s) outlasts the frozen replica's upstream deadline: the
+		// others pass the barrier when its requests expire, and it must not
+		// send them when it resumes.
+		{name: "proxy-pause", topo: single, upstreamTimeout: time.Second, inject: proxyPause, expect: expectOtherServes(false), fields: pausedFields},
 		{name: "network-latency", topo: single, viaToxic: true, inject: networkLatency, expect: expectUnavailable(-1)},
 		{name: "network-reset", topo: single, viaToxic: true, inject: networkReset, expect: expectUnavailable(-1)},
 		{name: "network-cut", topo: single, viaToxic: true, inject: networkCut, expect: expectUnavailable(-1)},
-		{name: "slow-body", topo: single, workers: 4, inject: slowBody, judge: judgeSlowBody, fields: slowBodyFields, measures: slowBodyMeasures},
-		{name: "slow-upstream", topo: single, inject: slowUpstream, hold: holdOneIn(holdEvery, holdMin, holdMax), fields: slowUpstreamFields, judge: judgeSlowUpstream},
+		// The stall (2 s) must end before the older write's deadline.
+		{name: "slow-body", topo: single, workers: 4, upstreamTimeout: 5 * time.Second, inject: slowBody, judge: judgeSlowBody, fields: slowBodyFields},
+		{name: "slow-upstream", topo: single, upstreamTimeout: 5 * time.Second, inject: slowUpstream, hold: holdOneIn(holdEvery, holdMin, holdMax), fields: slowUpstreamFields, judge: judgeSlowUpstream},
 		{name: "sentinel-failover", topo: sentinelWait, inject: failover, expect: expectUnavailable(-1), fields: lostFields},
 		{name: "sentinel-failover-nowait", measure: true, topo: sentinelNoWait, inject: failover, fields: lostFields},
 		{name: "load", topo: single, workers: p.loadWorkers, inject: steadyLoad, measures: loadMeasures},
+		// The same load without the barrier: what it buys.
+		{name: "load-drain-off", topo: single, drainOff: true, workers: p.loadWorkers, inject: steadyLoad, fields: drainOffFields},
+		{name: "drain-wake", topo: single, noLoad: true, inject: drainWake, judge: judgeDrainWake, fields: drainWakeFields, measures: drainWakeMeasures},
 	}
 }
 
@@ -32,7 +39,7 @@ func scenarios(p params) []*scenario {
 // and tears everything down.
 func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts Options) Result {
 	t0 := time.Now()
-	res := Result{Name: sc.name, Measure: sc.measure}
+	res := Result{Name: sc.name, Measure: sc.measure, DrainOff: sc.drainOff}
 	e := &env{h: h, p: p, opts: opts, sc: sc, clock: clock{start: time.Now()}}
 	defer e.teardown()
 	finish := func(ops []check.Op) Result {
@@ -49,10 +56,13 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 	}
 
 	if sc.hold != nil {
-		e.up.hold = sc.hold
+		e.up.hold, e.up.holdBudget = sc.hold, e.upstreamTimeout()
 	}
 	workers := sc.workers
-	if workers == 0 {
+	switch {
+	case sc.noLoad:
+		workers = 0
+	case workers == 0:
 		workers = p.workers
 	}
 	cfg := loadConfig{Workers: workers, Resources: p.resources, PGreater: 0.2}
@@ -85,6 +95,14 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 	if _, err := e.readNow(10 * time.Second); err != nil {
 		res.Problems = append(res.Problems, "final read: "+err.Error())
 	}
+	// How admitted requests passed the barrier, as the replicas running
+	// now counted them (a restarted replica counts from its restart).
+	if !e.drainOff() {
+		if d, err := e.drainMetrics(); err == nil {
+			e.note("drain_waited=%.0f drain_expired=%.0f drain_timeout=%.0f",
+				d.outcomes["waited"], d.outcomes["expired"], d.outcomes["timeout"])
+		}
+	}
 
 	ops := e.ld.history()
 	e.mu.Lock()
@@ -107,15 +125,20 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 		res.Report.Examples = append(res.Report.Examples,
 			fmt.Sprintf("regression: %d marks lost across the fault (%d tokens in all)", n, tok))
 	}
-	res.InversionsFatal = opts.InversionsFatal
+	// With the drain barrier (every scenario but the drain-off measurement;
+	// the "nodrain" control turns it off and keeps this on) the order
+	// figures are safety figures.
+	res.InversionsFatal = !sc.drainOff
 	res.Order = res.Report.Inversions + res.Report.Overlaps
 	if sc.judge != nil {
 		sc.judge(e, ops, &res)
 	}
+	res.Violations = append(res.Violations, e.probeViolations...)
 	if injErr == nil {
 		if sc.expect != nil {
 			res.Problems = append(res.Problems, sc.expect(e, ops)...)
 		}
+		res.Problems = append(res.Problems, e.probeProblems...)
 		res.Problems = append(res.Problems, e.expectRecovered(ops)...)
 	}
 	return finish(ops)
@@ -149,7 +172,8 @@ func expectUnavailable(replica int) func(e *env, ops []check.Op) []string {
 
 // expectOtherServes: while replica 1 was down or frozen, replica 0 kept
 // admitting; and the fault hit replica 1 (failed requests if killed,
-// requests that completed only after SIGCONT if paused).
+// requests it held through the pause, answered only after SIGCONT, if
+// paused).
 func expectOtherServes(killed bool) func(e *env, ops []check.Op) []string {
 	return func(e *env, ops []check.Op) []string {
 		var out []string
@@ -166,7 +190,10 @@ func expectOtherServes(killed bool) func(e *env, ops []check.Op) []string {
 			if killed {
 				return o.Outcome == check.Failed && (e.inWindow(o.Call, 1) || e.inWindow(o.Return, 1))
 			}
-			return e.inWindow(o.Call, 1) && o.Return > e.windowEnd(o.Call)
+			// Held through the pause: sent before its end (before the
+			// pause too: all the workers that pick replica 1 can be
+			// waiting on it when it freezes) and answered after it.
+			return e.heldThrough(o)
 		})
 		if hit == 0 {
 			out = append(out, "the fault did not hit replica 1's requests")
@@ -175,48 +202,58 @@ func expectOtherServes(killed bool) func(e *env, ops []check.Op) []string {
 	}
 }
 
-// windowEnd returns the end of the window containing t.
-func (e *env) windowEnd(t int64) int64 {
-	for _, w := range e.windows {
-		if t >= w.start && t <= w.end {
-			return w.end
-		}
-	}
-	return 0
-}
-
 func lostFields(e *env, ops []check.Op, _ *check.Report) []string {
 	n, tok := e.lostMarks(ops)
 	return []string{fmt.Sprintf("lost_marks=%d lost_tokens=%d", n, tok)}
 }
 
 // pausedFields: what happened to the requests that replica 1 held while
-// frozen.
+// frozen: in flight when the pause began, or sent to it during the pause,
+// and answered after it. paused_504: answered 504, their upstream deadline
+// passed while it was frozen (what it had not sent, it did not send).
 func pausedFields(e *env, ops []check.Op, _ *check.Report) []string {
-	var held, admitted, stale, unavailable int
+	var held, admitted, stale, unavailable, timedOut int
 	for i := range ops {
 		o := &ops[i]
-		if o.Replica == 1 && e.inWindow(o.Call, 1) && o.Return > e.windowEnd(o.Call) {
-			held++
-			switch o.Outcome {
-			case check.Admitted:
-				admitted++
-			case check.Stale:
-				stale++
-			case check.Unavailable:
-				unavailable++
+		if o.Replica != 1 || !e.heldThrough(o) {
+			continue
+		}
+		held++
+		switch o.Outcome {
+		case check.Admitted:
+			admitted++
+			if o.Status == 504 {
+				timedOut++
 			}
+		case check.Stale:
+			stale++
+		case check.Unavailable:
+			unavailable++
 		}
 	}
-	return []string{fmt.Sprintf("paused_held=%d paused_admitted=%d paused_stale=%d paused_unavailable=%d",
-		held, admitted, stale, unavailable)}
+	return append([]string{fmt.Sprintf("paused_held=%d paused_admitted=%d paused_504=%d paused_stale=%d paused_unavailable=%d",
+		held, admitted, timedOut, stale, unavailable)}, probeFields(e)...)
+}
+
+// killedFields: the expiry probes of proxy-kill.
+func killedFields(e *env, _ []check.Op, _ *check.Report) []string { return probeFields(e) }
+
+// heldThrough reports whether o was called before the end of a fault
+// window on its replica and returned after it.
+func (e *env) heldThrough(o *check.Op) bool {
+	for _, w := range e.windows {
+		if (w.replica < 0 || w.replica == o.Replica) && o.Call <= w.end && o.Return > w.end {
+			return true
+		}
+	}
+	return false
 }
 
 // line formats the scenario's one output line: the six fixed fields first.
 func (e *env) line(res *Result, ops []check.Op) string {
 	r := &res.Report
 	kind := "scenario"
-	if res.Measure {
+	if res.Measure || res.DrainOff {
 		kind = "measure"
 	}
 	f := []string{

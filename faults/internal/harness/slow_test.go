@@ -29,10 +29,12 @@ func stalledRound(size int, oldStatus int, fwd ...check.Forward) (slowRound, []c
 	return r, append([]check.Forward{{ID: "seed", Resource: res, Token: 5, At: 1, End: 2}}, fwd...)
 }
 
-func judged(r slowRound, fwd []check.Forward) (*env, Result) {
+// judged runs the slow-body judge on one round; fatal says whether the
+// proxies ran with the drain barrier (Result.InversionsFatal).
+func judged(r slowRound, fwd []check.Forward, fatal bool) (*env, Result) {
 	e := &env{sc: &scenario{name: "slow-body"}, opts: Options{Log: io.Discard},
 		up: &Upstream{recs: fwd}, slow: []slowRound{r}}
-	var res Result
+	res := Result{InversionsFatal: fatal}
 	judgeSlowBody(e, nil, &res)
 	return e, res
 }
@@ -44,37 +46,47 @@ func TestSlowBodyJudge(t *testing.T) {
 		size       int
 		oldStatus  int
 		oldFwd     []check.Forward
+		fatal      bool // the drain barrier on
 		violations int
 		order      int
 		problems   int
-		field      string // expected in the scenario's fields or measure line
+		field      string // expected in the scenario's fields
 	}{
-		{"small: refused, never forwarded", smallBody, 409, nil, 0, 0, 0, "small_old_refused=1 small_old_landed_after_newer=0 small_newer_held=1"},
+		{"small: refused, never forwarded", smallBody, 409, nil, true, 0, 0, 0, "small_old_refused=1 small_old_landed_after_newer=0 small_newer_held=1"},
 		{"small: admitted, landed after the newer write", smallBody, 200,
-			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 300, End: 301}}, 1, 0, 0,
+			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 300, End: 301}}, true, 1, 0, 0,
 			"small_old_refused=0 small_old_landed_after_newer=1 small_newer_held=0"},
+		{"small: a violation without the barrier too", smallBody, 200,
+			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 300, End: 301}}, false, 1, 0, 0,
+			"small_old_landed_after_newer=1"},
 		{"small: begun before the newer write, landed while it ran", smallBody, 200,
-			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 100}}, 1, 0, 0,
+			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 100}}, true, 1, 0, 0,
 			"small_old_landed_after_newer=1 small_newer_held=1"},
 		{"small: landed before the newer write began", smallBody, 200,
-			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 60}}, 0, 0, 0,
+			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 60}}, true, 0, 0, 0,
 			"small_old_landed_after_newer=0 small_newer_held=1"},
-		{"small: no answer", smallBody, 0, nil, 0, 0, 1, "small_old_refused=0"},
-		{"large: streamed, landed after the newer write", largeBody, 200,
-			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 300}}, 0, 1, 0,
-			"measure=slow-body-streamed stall=2s body=98304 rounds=1 old_admitted=1 old_refused=0 old_landed_after_newer=1 newer_held=0"},
-		{"large: as a drain barrier would have it", largeBody, 200,
-			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 90}}, 0, 0, 0,
-			"old_admitted=1 old_refused=0 old_landed_after_newer=0 newer_held=1"},
+		{"small: no answer", smallBody, 0, nil, true, 0, 0, 1, "small_old_refused=0"},
+		{"large: streamed, landed after the newer write, barrier on", largeBody, 200,
+			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 300}}, true, 1, 0, 0,
+			"large_body=98304 large_rounds=1 large_old_admitted=1 large_old_refused=0 large_old_landed_after_newer=1 large_newer_held=0"},
+		{"large: streamed, landed after the newer write, barrier off", largeBody, 200,
+			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 300}}, false, 0, 1, 0,
+			"large_old_landed_after_newer=1 large_newer_held=0"},
+		{"large: landed while the newer one ran", largeBody, 200,
+			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 100}}, true, 1, 0, 0,
+			"large_old_landed_after_newer=1 large_newer_held=1"},
+		{"large: as the drain barrier has it", largeBody, 200,
+			[]check.Forward{{ID: "old", Resource: "slowx-0", Token: 5, At: 50, End: 90}}, true, 0, 0, 0,
+			"large_old_admitted=1 large_old_refused=0 large_old_landed_after_newer=0 large_newer_held=1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r, fwd := stalledRound(c.size, c.oldStatus, append([]check.Forward{newer}, c.oldFwd...)...)
-			e, res := judged(r, fwd)
+			e, res := judged(r, fwd, c.fatal)
 			if len(res.Violations) != c.violations || res.Order != c.order || len(res.Problems) != c.problems {
 				t.Fatalf("violations %q, order %d, problems %q", res.Violations, res.Order, res.Problems)
 			}
-			line := strings.Join(slowBodyFields(e, nil, nil), " ") + " " + strings.Join(slowBodyMeasures(e, nil, nil), " ")
+			line := strings.Join(slowBodyFields(e, nil, nil), " ")
 			if !strings.Contains(line, c.field) {
 				t.Fatalf("%q does not contain %q", line, c.field)
 			}
@@ -83,19 +95,30 @@ func TestSlowBodyJudge(t *testing.T) {
 }
 
 func TestResultFailed(t *testing.T) {
-	clean := Result{Report: check.Report{Linearizable: "Ok", Inversions: 3, Overlaps: 1}, Order: 4}
-	if clean.Failed() {
-		t.Fatal("inversions failed a run without InversionsFatal")
+	measured := Result{Report: check.Report{Linearizable: "Ok", Inversions: 3, Overlaps: 1}, Order: 4, DrainOff: true}
+	if measured.Failed() {
+		t.Fatal("inversions failed a run without the drain barrier (InversionsFatal off)")
 	}
-	fatal := clean
-	fatal.InversionsFatal = true
+	unsafe := measured
+	unsafe.Report.StaleAdmissions = 1
+	if !unsafe.Failed() {
+		t.Fatal("a stale admission did not fail the drain-off measurement")
+	}
+	fatal := measured
+	fatal.DrainOff, fatal.InversionsFatal = false, true
 	if !fatal.Failed() {
 		t.Fatal("inversions did not fail a run with InversionsFatal")
+	}
+	for _, f := range []struct{ inv, ovl int }{{1, 0}, {0, 1}} {
+		r := Result{Report: check.Report{Linearizable: "Ok", Inversions: f.inv, Overlaps: f.ovl}, Order: f.inv + f.ovl, InversionsFatal: true}
+		if !r.Failed() {
+			t.Fatalf("inversions=%d overlaps=%d did not fail a run with the barrier", f.inv, f.ovl)
+		}
 	}
 	m := fatal
 	m.Measure = true
 	if m.Failed() {
-		t.Fatal("a measurement failed on inversions")
+		t.Fatal("a measurement of an unsafe configuration failed on inversions")
 	}
 	v := Result{Report: check.Report{Linearizable: "Ok"}, Violations: []string{"x"}}
 	if !v.Failed() {
