@@ -72,6 +72,9 @@ type Store struct {
 	stopped chan struct{} // closed when the committer has answered everything
 
 	flights fencestore.LocalFlights
+	// expect is the identity every admission must find (Expect); nil: no
+	// check.
+	expect atomic.Pointer[string]
 }
 
 // pending is one admission waiting for the committer.
@@ -171,6 +174,9 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		if b == nil {
 			return errors.New("bucket missing")
 		}
+		if err := s.lost(tx); err != nil {
+			return err
+		}
 		mark, ok, err := parseMark(key, b.Get(key))
 		if err != nil {
 			return err
@@ -180,6 +186,10 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		settled = !write
 		return nil
 	})
+	var lost *fencestore.LostError
+	if errors.As(err, &lost) {
+		return fencestore.Decision{}, lost
+	}
 	if err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: %w", key, err))
 	}
@@ -202,6 +212,10 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	}
 	select {
 	case <-p.done:
+		var lost *fencestore.LostError
+		if errors.As(p.err, &lost) {
+			return fencestore.Decision{}, lost
+		}
 		if p.err != nil {
 			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: %w", key, p.err))
 		}
@@ -241,7 +255,12 @@ func (s *Store) commit() {
 			if b == nil {
 				return errors.New("bucket missing")
 			}
+			lost := s.lost(tx)
 			for _, p := range batch {
+				if lost != nil {
+					p.d, p.err = fencestore.Decision{}, lost
+					continue
+				}
 				p.d, p.err = decide(b, p.key, p.a)
 			}
 			return nil

@@ -37,6 +37,22 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestKeeperConformance(t *testing.T) {
+	for _, prefix := range []string{"fence:", ""} {
+		t.Run("prefix="+prefix, func(t *testing.T) {
+			storetest.RunKeeper(t,
+				func(t *testing.T) storetest.KeeperStore {
+					return open(t, filepath.Join(t.TempDir(), "marks.db"), boltstore.Options{KeyPrefix: prefix})
+				},
+				func(t *testing.T, s storetest.KeeperStore) {
+					if err := s.(*boltstore.Store).Clear(); err != nil {
+						t.Fatal(err)
+					}
+				})
+		})
+	}
+}
+
 func TestConformanceNoPrefix(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) fencestore.Store {
 		return open(t, filepath.Join(t.TempDir(), "marks.db"), boltstore.Options{})

@@ -1,0 +1,222 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+var _ fencestore.Keeper = (*Store)(nil)
+
+// The identity record lives in a bucket of its own: a bolt key may not be
+// empty, so it cannot be the bare key prefix as in Redis, and apart from
+// the marks no resource name can ever spell it.
+var (
+	metaBucket  = []byte("meta")
+	identityKey = []byte("identity")
+)
+
+// lost reports the *LostError an admission must fail with in tx, or nil:
+// none when no identity is expected.
+func (s *Store) lost(tx *bolt.Tx) error {
+	want := s.expect.Load()
+	if want == nil {
+		return nil
+	}
+	var found []byte
+	if b := tx.Bucket(metaBucket); b != nil {
+		found = b.Get(identityKey)
+	}
+	if string(found) == *want {
+		return nil
+	}
+	return &fencestore.LostError{Want: *want, Found: string(found)}
+}
+
+// Identity returns the identity record, "" when there is none.
+func (s *Store) Identity(ctx context.Context) (string, error) {
+	var id string
+	err := s.keeperView(ctx, "identity", func(tx *bolt.Tx) error {
+		if b := tx.Bucket(metaBucket); b != nil {
+			id = string(b.Get(identityKey))
+		}
+		return nil
+	})
+	return id, err
+}
+
+// Init writes a new identity record, in its own durable commit.
+func (s *Store) Init(ctx context.Context, force bool) (string, error) {
+	id := fencestore.NewIdentity()
+	err := s.keeperUpdate(ctx, "init", func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		if b.Get(identityKey) != nil && !force {
+			return fencestore.ErrIdentityExists
+		}
+		return b.Put(identityKey, []byte(id))
+	})
+	if err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// Expect makes every later admission check the identity record.
+func (s *Store) Expect(id string) { s.expect.Store(&id) }
+
+// HasMarks reports whether the store holds any mark under its prefix.
+func (s *Store) HasMarks(ctx context.Context) (bool, error) {
+	var has bool
+	err := s.keeperView(ctx, "has marks", func(tx *bolt.Tx) error {
+		k, _ := tx.Bucket(bucket).Cursor().Seek([]byte(s.prefix))
+		has = k != nil && bytes.HasPrefix(k, []byte(s.prefix))
+		return nil
+	})
+	return has, err
+}
+
+// Get returns resource's mark, sequence included.
+func (s *Store) Get(ctx context.Context, resource string) (fencestore.Mark, bool, error) {
+	key := []byte(s.prefix + resource)
+	var (
+		m  fencestore.Mark
+		ok bool
+	)
+	err := s.keeperView(ctx, "get", func(tx *bolt.Tx) error {
+		var err error
+		m, ok, err = parseMark(key, tx.Bucket(bucket).Get(key))
+		return err
+	})
+	return m, ok, err
+}
+
+// List pages through the marks in key order; the cursor is the last
+// resource of the previous page.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]fencestore.Entry, string, error) {
+	var (
+		out  []fencestore.Entry
+		next string
+	)
+	from := []byte(s.prefix + prefix)
+	if cursor != "" {
+		from = []byte(s.prefix + cursor)
+	}
+	err := s.keeperView(ctx, "list", func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucket).Cursor()
+		for k, v := c.Seek(from); k != nil && bytes.HasPrefix(k, []byte(s.prefix+prefix)); k, v = c.Next() {
+			name := string(k[len(s.prefix):])
+			if cursor != "" && name <= cursor {
+				continue
+			}
+			if limit > 0 && len(out) == limit {
+				next = out[len(out)-1].Resource
+				break
+			}
+			m, _, err := parseMark(k, v)
+			if err != nil {
+				return err
+			}
+			out = append(out, fencestore.Entry{Resource: name, Mark: m})
+		}
+		return nil
+	})
+	return out, next, err
+}
+
+// Raise moves resource's mark forward to m, in its own durable commit.
+func (s *Store) Raise(ctx context.Context, resource string, m fencestore.Mark) (old fencestore.Mark, had, changed bool, err error) {
+	key := []byte(s.prefix + resource)
+	err = s.keeperUpdate(ctx, "raise", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		var err error
+		if old, had, err = parseMark(key, b.Get(key)); err != nil {
+			return err
+		}
+		if had && !old.Before(m) {
+			return nil
+		}
+		changed = true
+		return b.Put(key, m.AppendValue(nil))
+	})
+	return old, had, changed, err
+}
+
+// Reset sets resource's mark to *m, or deletes it when m is nil, in its own
+// durable commit.
+func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) (old fencestore.Mark, had bool, err error) {
+	key := []byte(s.prefix + resource)
+	err = s.keeperUpdate(ctx, "reset", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		v := b.Get(key)
+		if v != nil {
+			// A corrupt mark may be reset: that is how an operator repairs it.
+			old, _ = fencestore.ParseMarkValue(v)
+			had = true
+		}
+		if m == nil {
+			return b.Delete(key)
+		}
+		return b.Put(key, m.AppendValue(nil))
+	})
+	return old, had, err
+}
+
+// Clear deletes every mark and the identity record, as an emptied store
+// would hold (tests).
+func (s *Store) Clear() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucket, metaBucket} {
+			if tx.Bucket(name) != nil {
+				if err := tx.DeleteBucket(name); err != nil {
+					return err
+				}
+			}
+		}
+		_, err := tx.CreateBucket(bucket)
+		return err
+	})
+}
+
+func (s *Store) keeperView(ctx context.Context, op string, fn func(*bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return fencestore.Unavailable(err)
+	}
+	if err := s.view(fn); err != nil {
+		return keeperError(op, err)
+	}
+	return nil
+}
+
+// keeperUpdate runs fn in a read-write transaction of its own. It waits for
+// the committer's current commit (bbolt has one writer at a time), and its
+// commit is synced before it returns.
+func (s *Store) keeperUpdate(ctx context.Context, op string, fn func(*bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return fencestore.Unavailable(err)
+	}
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
+		return errClosed
+	}
+	if err := s.db.Update(fn); err != nil {
+		return keeperError(op, err)
+	}
+	return nil
+}
+
+func keeperError(op string, err error) error {
+	if errors.Is(err, fencestore.ErrIdentityExists) || errors.Is(err, fencestore.ErrUnavailable) {
+		return err
+	}
+	return fencestore.Unavailable(fmt.Errorf("boltstore: %s: %w", op, err))
+}
