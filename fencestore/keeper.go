@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strings"
 )
 
 // Keeper is what an operator does to a store, beside the proxy's Store: its
@@ -22,8 +23,9 @@ import (
 type Keeper interface {
 	// Identity returns the store's identity record, "" when it has none.
 	Identity(ctx context.Context) (string, error)
-	// Init writes a new identity record and returns it. Without force it
-	// fails with ErrIdentityExists when the store already has one.
+	// Init writes a new identity record (NewIdentity(force)) and returns it.
+	// Without force it fails with ErrIdentityExists when the store already
+	// has one.
 	Init(ctx context.Context, force bool) (string, error)
 	// Expect makes every later admission fail with a *LostError unless the
 	// store's identity record is id.
@@ -82,9 +84,21 @@ func (e *LostError) Error() string {
 // ErrStoreLost) hold.
 func (e *LostError) Unwrap() []error { return []error{ErrUnavailable, ErrStoreLost} }
 
-// NewIdentity returns a fresh identity record: 128 random bits in hex.
-func NewIdentity() string {
+// NewIdentity returns a fresh identity record: 128 random bits in hex, after
+// "forced-" when an operator forced it (Init with force): the replicas that
+// found their store lost take up a forced record, and only such a one, as
+// the operator's word that the marks were put right (Forced).
+func NewIdentity(forced bool) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	if forced {
+		return forcedPrefix + hex.EncodeToString(b[:])
+	}
 	return hex.EncodeToString(b[:])
 }
+
+const forcedPrefix = "forced-"
+
+// Forced reports whether the identity record id was written by an
+// operator's Init with force.
+func Forced(id string) bool { return strings.HasPrefix(id, forcedPrefix) }

@@ -52,7 +52,7 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 
 // Init writes a new identity record, in its own durable commit.
 func (s *Store) Init(ctx context.Context, force bool) (string, error) {
-	id := fencestore.NewIdentity()
+	id := fencestore.NewIdentity(force)
 	err := s.keeperUpdate(ctx, "init", func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(metaBucket)
 		if err != nil {

@@ -34,7 +34,7 @@ func (s *Store) Init(ctx context.Context, force bool) (id string, err error) {
 		if s.identity != "" && !force {
 			return fencestore.ErrIdentityExists
 		}
-		s.identity = fencestore.NewIdentity()
+		s.identity = fencestore.NewIdentity(force)
 		id = s.identity
 		return nil
 	})
