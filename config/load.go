@@ -38,6 +38,7 @@ type rawEnv struct {
 	UpstreamTimeout string `env:"FENCE_UPSTREAM_TIMEOUT" envDefault:"30s"`
 	Drain           string `env:"FENCE_DRAIN" envDefault:"on"`
 	DrainTimeout    string `env:"FENCE_DRAIN_TIMEOUT"`
+	StoreInit       string `env:"FENCE_STORE_INIT" envDefault:"auto"`
 
 	RedisURL      string `env:"FENCE_REDIS_URL"`
 	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS"`
@@ -132,6 +133,13 @@ func Load(environ map[string]string) (*Config, error) {
 	case "off":
 	default:
 		bad("FENCE_DRAIN", "%q must be on or off", raw.Drain)
+	}
+	switch raw.StoreInit {
+	case "auto":
+		c.StoreInitAuto = true
+	case "manual":
+	default:
+		bad("FENCE_STORE_INIT", "%q must be auto or manual", raw.StoreInit)
 	}
 	if raw.DrainTimeout != "" {
 		c.DrainTimeout = parsePositiveDuration("FENCE_DRAIN_TIMEOUT", raw.DrainTimeout, bad)

@@ -97,6 +97,7 @@ func TestLoadDefaults(t *testing.T) {
 				BodyTimeout:     60 * time.Second,
 				UpstreamTimeout: 30 * time.Second,
 				Drain:           true,
+				StoreInitAuto:   true,
 				LogLevel:        zapcore.InfoLevel,
 				Redis: Redis{
 					MasterName:  "mymaster",
@@ -149,10 +150,14 @@ func TestLoadValues(t *testing.T) {
 			func(c *Config) bool { return c.ListenAddr == ":0" && c.AdminAddr == ":0" }},
 		{"same port, different hosts", map[string]string{"FENCE_LISTEN_ADDR": "10.0.0.1:8080", "FENCE_ADMIN_ADDR": "127.0.0.1:8080"},
 			func(c *Config) bool { return c.AdminAddr == "127.0.0.1:8080" }},
+		{"store init manual", map[string]string{"FENCE_STORE_INIT": "manual"},
+			func(c *Config) bool { return !c.StoreInitAuto }},
 		{"drain off", map[string]string{"FENCE_DRAIN": "off"},
 			func(c *Config) bool { return !c.Drain && c.DrainTimeout == 0 }},
 		{"drain timeout and upstream timeout", map[string]string{"FENCE_DRAIN_TIMEOUT": "2s", "FENCE_UPSTREAM_TIMEOUT": "1m"},
-			func(c *Config) bool { return c.Drain && c.DrainTimeout == 2*time.Second && c.UpstreamTimeout == time.Minute }},
+			func(c *Config) bool {
+				return c.Drain && c.DrainTimeout == 2*time.Second && c.UpstreamTimeout == time.Minute
+			}},
 		{"memory", map[string]string{"FENCE_STORE": "memory"},
 			func(c *Config) bool { return c.Store == StoreMemory }},
 		{"bolt path", map[string]string{"FENCE_BOLT_PATH": "/var/lib/fence/marks.db"},
@@ -223,6 +228,7 @@ func TestLoadInvalid(t *testing.T) {
 	}{
 		{"upstream missing", map[string]string{"FENCE_UPSTREAM_URL": ""}, "FENCE_UPSTREAM_URL: required"},
 		{"drain not on or off", map[string]string{"FENCE_DRAIN": "true"}, `FENCE_DRAIN: "true" must be on or off`},
+		{"store init neither auto nor manual", map[string]string{"FENCE_STORE_INIT": "yes"}, `FENCE_STORE_INIT: "yes" must be auto or manual`},
 		{"drain timeout zero", map[string]string{"FENCE_DRAIN_TIMEOUT": "0s"}, `FENCE_DRAIN_TIMEOUT: "0s" must be greater than 0`},
 		{"drain timeout not a duration", map[string]string{"FENCE_DRAIN_TIMEOUT": "5"}, `FENCE_DRAIN_TIMEOUT: "5" is not a duration`},
 		{"upstream timeout negative", map[string]string{"FENCE_UPSTREAM_TIMEOUT": "-1s"}, `FENCE_UPSTREAM_TIMEOUT: "-1s" must be greater than 0`},

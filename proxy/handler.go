@@ -285,6 +285,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Detail: p.unavailableDetail(err),
 			Route:  rt.name, Resource: resource, Token: formatUint(token), Sequence: formatIf(seq, hasSeq),
 		}
+		if errors.Is(err, fencestore.ErrStoreLost) {
+			pr.Type, pr.Title = TypeStoreLost, "Fence store lost its marks"
+		}
 		p.logRefusal(p.outageLog, rt, decUnavailable, pr, zap.Error(err))
 		writeProblem(w, pr)
 	case !d.Admitted:
@@ -355,6 +358,10 @@ func (p *Proxy) unavailableDetail(err error) string {
 	const rest = "; nothing was forwarded"
 	var unsafe *fencestore.UnsafeError
 	switch {
+	case errors.Is(err, fencestore.ErrStoreLost):
+		return "the fence store's identity record is gone or changed since this replica read it (the store was emptied, " +
+			"restarted without persistence, or replaced), so its marks may be gone" + rest +
+			"; an operator must raise the marks and run fenceproxy store init --force"
 	case errors.As(err, &unsafe):
 		return "the fence store is refused as unsafe: " + unsafe.Reason + rest
 	case errors.Is(err, context.DeadlineExceeded):

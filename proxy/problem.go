@@ -21,6 +21,9 @@ const (
 	// An admitted request that waited FENCE_DRAIN_TIMEOUT at the drain
 	// barrier for older requests to end: 503, nothing forwarded.
 	TypeDrainTimeout = "urn:fenceproxy:drain-timeout"
+	// The store lost its identity record since this replica read it: its
+	// marks may be gone, so nothing is admitted until an operator acts.
+	TypeStoreLost = "urn:fenceproxy:store-lost"
 )
 
 // problem is one RFC 9457 answer. Token, sequence and marks are decimal

@@ -55,7 +55,7 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `usage: fenceproxy [serve | check [--connect] | demo [flags] | version | help]
+const usage = `usage: fenceproxy [serve | check [--connect] | store init | marks get|list|raise|reset | demo [flags] | version | help]
 
   serve     run the proxy (the default)
   check     validate the FENCE_* environment and the routes file, print the
@@ -64,6 +64,9 @@ const usage = `usage: fenceproxy [serve | check [--connect] | demo [flags] | ver
                        and its persistence and eviction settings; the bolt
                        file's lock and directory) and a TCP connect to the
                        upstream; one line per check, exit 1 if one FAILED
+  store     store init [--force]: write the store's identity record
+  marks     get, list, raise (forward only) or reset (--force) marks; -o json
+            (each with -h for its usage)
   demo      replay the stale-lease story against a real fenceproxy, then keep
             serving it (flags: -once, -listen addr, -pause duration; -h)
   version   print the version (also --version)
@@ -83,6 +86,10 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return demo(ctx, args, stdout, stderr)
 	case "check":
 		return check(ctx, args, environ, stdout)
+	case "store":
+		return storeCmd(ctx, args, environ, stdout, stderr)
+	case "marks":
+		return marksCmd(ctx, args, environ, stdout, stderr)
 	}
 	if len(args) > 0 {
 		return &usageError{fmt.Sprintf("%s takes no arguments\n%s", cmd, usage)}

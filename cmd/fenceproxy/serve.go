@@ -26,6 +26,9 @@ type serveHooks struct {
 	// settingsEvery is the period of the Redis settings check; zero means
 	// defaultSettingsEvery. Tests shorten it.
 	settingsEvery time.Duration
+	// identityEvery is how often a store found lost is asked whether an
+	// operator forced a new identity record; zero means a second.
+	identityEvery time.Duration
 }
 
 // serve runs the data and admin listeners until ctx is cancelled, then drains:
@@ -49,6 +52,17 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 			log.Warn("closing the store", zap.Error(err))
 		}
 	}()
+	if st.keeper != nil {
+		every := hooks.identityEvery
+		if every <= 0 {
+			every = time.Second
+		}
+		g := newIdentityGuard(st.store, st.keeper, cfg.StoreInitAuto, log.Named("identity"), metrics.Registry, every)
+		g.start(ctx, 4*cfg.StoreTimeout)
+		st.store = g
+		st.checks = append(st.checks, g.ready)
+		st.watches = append(st.watches, g.watch)
+	}
 	wctx, stopWatches := context.WithCancel(ctx)
 	var watches sync.WaitGroup
 	for _, w := range st.watches {

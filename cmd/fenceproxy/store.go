@@ -24,7 +24,10 @@ import (
 // openedStore is the chosen store, the readiness checks that come with it,
 // and the watches to run beside it while serving.
 type openedStore struct {
-	store  fencestore.Store
+	store fencestore.Store
+	// keeper is the store's operator side (identity, marks commands); nil
+	// for a store that has none.
+	keeper fencestore.Keeper
 	checks []proxy.ReadinessCheck
 	// watches run until their ctx ends; serve stops them before it closes
 	// the store.
@@ -36,13 +39,14 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 	case config.StoreMemory:
 		log.Warn("FENCE_STORE=memory: marks live in this process only and vanish on restart, " +
 			"so a stale holder is admitted again after one; use it for tests and demos only")
-		return openedStore{store: memstore.New()}, nil
+		s := memstore.New()
+		return openedStore{store: s, keeper: s}, nil
 	case config.StoreBolt:
 		s, err := boltstore.Open(cfg.BoltPath, boltstore.Options{KeyPrefix: cfg.KeyPrefix})
 		if err != nil {
 			return openedStore{}, fmt.Errorf("FENCE_BOLT_PATH: %w", err)
 		}
-		return openedStore{store: s}, nil
+		return openedStore{store: s, keeper: s}, nil
 	case config.StoreRedis:
 		return openRedis(ctx, cfg, log, reg, settingsEvery)
 	}
@@ -75,6 +79,7 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 		Logger:      rlog,
 	})
 	out := openedStore{store: s}
+	out.keeper, _ = any(s).(fencestore.Keeper)
 
 	// Not reaching Redis at start is not fatal: the proxy starts unready and
 	// answers 503 until Redis answers, which is what a pod restart loop would
