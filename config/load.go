@@ -39,6 +39,7 @@ type rawEnv struct {
 	Drain           string `env:"FENCE_DRAIN" envDefault:"on"`
 	DrainTimeout    string `env:"FENCE_DRAIN_TIMEOUT"`
 	StoreInit       string `env:"FENCE_STORE_INIT" envDefault:"auto"`
+	MarkCache       string `env:"FENCE_MARK_CACHE" envDefault:"100000"`
 
 	RedisURL      string `env:"FENCE_REDIS_URL"`
 	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS"`
@@ -133,6 +134,11 @@ func Load(environ map[string]string) (*Config, error) {
 	case "off":
 	default:
 		bad("FENCE_DRAIN", "%q must be on or off", raw.Drain)
+	}
+	if n, err := strconv.Atoi(raw.MarkCache); err != nil || n < 0 {
+		bad("FENCE_MARK_CACHE", "%q must be a whole number of resources, 0 or more (0: no cache)", raw.MarkCache)
+	} else {
+		c.MarkCache = n
 	}
 	switch raw.StoreInit {
 	case "auto":

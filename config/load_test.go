@@ -98,6 +98,7 @@ func TestLoadDefaults(t *testing.T) {
 				UpstreamTimeout: 30 * time.Second,
 				Drain:           true,
 				StoreInitAuto:   true,
+				MarkCache:       100000,
 				LogLevel:        zapcore.InfoLevel,
 				Redis: Redis{
 					MasterName:  "mymaster",
@@ -228,6 +229,7 @@ func TestLoadInvalid(t *testing.T) {
 	}{
 		{"upstream missing", map[string]string{"FENCE_UPSTREAM_URL": ""}, "FENCE_UPSTREAM_URL: required"},
 		{"drain not on or off", map[string]string{"FENCE_DRAIN": "true"}, `FENCE_DRAIN: "true" must be on or off`},
+		{"mark cache negative", map[string]string{"FENCE_MARK_CACHE": "-1"}, `FENCE_MARK_CACHE: "-1" must be a whole number`},
 		{"store init neither auto nor manual", map[string]string{"FENCE_STORE_INIT": "yes"}, `FENCE_STORE_INIT: "yes" must be auto or manual`},
 		{"drain timeout zero", map[string]string{"FENCE_DRAIN_TIMEOUT": "0s"}, `FENCE_DRAIN_TIMEOUT: "0s" must be greater than 0`},
 		{"drain timeout not a duration", map[string]string{"FENCE_DRAIN_TIMEOUT": "5"}, `FENCE_DRAIN_TIMEOUT: "5" is not a duration`},

@@ -38,6 +38,7 @@ type Config struct {
 	BodyTimeout     time.Duration // FENCE_BODY_TIMEOUT (> 0): bound on reading one request body from the client
 	UpstreamTimeout time.Duration // FENCE_UPSTREAM_TIMEOUT (> 0): bound on a fenced request from admission to the end of its response
 	Drain           bool          // FENCE_DRAIN (on): the drain barrier, for every fenced route without drain: false
+	MarkCache       int           // FENCE_MARK_CACHE (>= 0): resources whose greatest seen mark a replica remembers, to heal a store that lost it
 	StoreInitAuto   bool          // FENCE_STORE_INIT=auto: the first replica on a store with no marks and no identity record writes one
 	DrainTimeout    time.Duration // FENCE_DRAIN_TIMEOUT: bound on one wait at the barrier; 0 (unset) waits until the older requests end or reach their deadlines
 	Redis           Redis

@@ -48,6 +48,9 @@ type Options struct {
 	UpstreamTimeout time.Duration
 	// NoDrain turns the drain barrier off for every route (FENCE_DRAIN=off).
 	NoDrain bool
+	// MarkCache is how many resources' marks the replica remembers to heal
+	// a store that lost them (FENCE_MARK_CACHE); zero or less: none.
+	MarkCache int
 	// DrainTimeout bounds one wait at the barrier (FENCE_DRAIN_TIMEOUT);
 	// past it the request gets 503 drain-timeout. Zero: wait until the older
 	// requests end or reach their deadlines.
@@ -66,7 +69,9 @@ type Proxy struct {
 	upstreamTimeout time.Duration
 	drainTimeout    time.Duration
 	deadlines       *sharedDeadline
-	log             *zap.Logger
+	// marks is the mark cache (markcache.go); nil when off.
+	marks *markCache
+	log   *zap.Logger
 	// outageLog logs the refusals of a store that does not answer through
 	// zap's sampler: during an outage every fenced request is refused, and
 	// one line each would flood the log (and its disk) with the same news.
@@ -134,6 +139,7 @@ func New(o Options) (*Proxy, error) {
 		bodyTimeout:     o.BodyTimeout,
 		upstreamTimeout: o.UpstreamTimeout,
 		drainTimeout:    o.DrainTimeout,
+		marks:           newMarkCache(o.MarkCache),
 		deadlines:       newSharedDeadline(o.StoreTimeout),
 		log:             o.Logger,
 		outageLog: o.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
@@ -272,9 +278,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.drain {
 		a.Flight = p.upstreamTimeout
 	}
+	if p.marks != nil {
+		a.Floor, a.HasFloor = p.marks.get(resource)
+	}
 	start := time.Now()
 	d, err := p.store.Admit(p.deadlines.context(start), a)
 	elapsed := time.Since(start)
+	if err == nil && p.marks != nil {
+		p.marks.see(resource, fencestore.Mark{Token: d.Mark, Sequence: d.Sequence, HasSequence: d.HasSequence})
+		if d.Regressed {
+			m.regressions.Inc()
+			p.log.Warn("the store's mark was below the one this replica saw: raised back to it (lost in a crash, a flush or a failover)",
+				zap.String("route", rt.name), zap.String("resource", resource),
+				zap.String("remembered", string(a.Floor.AppendValue(nil))), zap.String("token", formatUint(token)))
+		}
+	}
 
 	switch {
 	case err != nil:

@@ -57,6 +57,7 @@ type Metrics struct {
 	upstreamErrors *prometheus.CounterVec
 	drainWait      *prometheus.HistogramVec
 	drain          *prometheus.CounterVec
+	regressions    *prometheus.CounterVec
 }
 
 // NewMetrics registers fenceproxy's collectors, plus the Go runtime and
@@ -89,8 +90,12 @@ func NewMetrics() *Metrics {
 			Name: "fenceproxy_drain_total",
 			Help: "Admitted requests at the drain barrier by route and outcome: none (nothing older in flight), waited, expired (an older request reached its deadline), timeout (not forwarded).",
 		}, []string{"route", "outcome"}),
+		regressions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_mark_regressions_total",
+			Help: "Admissions that found the store's mark below the one this replica saw before (lost in a crash, a flush or a failover) and raised it back, by route.",
+		}, []string{"route"}),
 	}
-	m.Registry.MustRegister(m.requests, m.admission, m.upstreamErrors, m.drainWait, m.drain,
+	m.Registry.MustRegister(m.requests, m.admission, m.upstreamErrors, m.drainWait, m.drain, m.regressions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -105,6 +110,7 @@ type routeMetrics struct {
 	upstreamErrors prometheus.Counter
 	drainWait      prometheus.Observer
 	drain          [numDrainOutcomes]prometheus.Counter
+	regressions    prometheus.Counter
 }
 
 func (m *Metrics) forRoute(name string) *routeMetrics {
@@ -114,6 +120,7 @@ func (m *Metrics) forRoute(name string) *routeMetrics {
 		unavailable:    m.admission.WithLabelValues(name, decUnavailable.String()),
 		upstreamErrors: m.upstreamErrors.WithLabelValues(name),
 		drainWait:      m.drainWait.WithLabelValues(name),
+		regressions:    m.regressions.WithLabelValues(name),
 	}
 	for o := drainOutcome(0); o < numDrainOutcomes; o++ {
 		rm.drain[o] = m.drain.WithLabelValues(name, drainOutcomeNames[o])

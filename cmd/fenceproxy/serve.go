@@ -81,6 +81,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 		UpstreamTimeout: cfg.UpstreamTimeout,
 		NoDrain:         !cfg.Drain,
 		DrainTimeout:    cfg.DrainTimeout,
+		MarkCache:       cfg.MarkCache,
 		Logger:          log.Named("proxy"),
 		Metrics:         metrics,
 	})
