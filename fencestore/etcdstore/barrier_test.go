@@ -1,0 +1,102 @@
+package etcdstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore/etcdtest"
+)
+
+type drained struct {
+	expired bool
+	err     error
+	at      time.Time
+}
+
+func drainAsync(s fencestore.Store, ctx context.Context, f fencestore.Flight) <-chan drained {
+	ch := make(chan drained, 1)
+	go func() {
+		exp, err := s.Drain(ctx, f)
+		ch <- drained{exp, err, time.Now()}
+	}()
+	return ch
+}
+
+// The barrier between two replicas: two stores, each with its own client,
+// on one etcd. A Drain is woken by the watch, not by a poll: DrainPoll is
+// far longer than the waits allowed here.
+func TestBarrierAcrossStores(t *testing.T) {
+	c := etcdtest.Start(t)
+	newStore := func() *etcdstore.Store {
+		s := etcdstore.New(c.Client(t), etcdstore.Options{KeyPrefix: "fence:", DrainPoll: time.Minute})
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b := newStore(), newStore()
+
+	t.Run("ReleaseWakes", func(t *testing.T) {
+		var wake []time.Duration
+		for i := range 30 {
+			token := uint64(100 + 2*i)
+			older := mustAdmit(t, a, fencestore.Admission{Resource: "x/1", Token: token, Flight: time.Minute})
+			newer := mustAdmit(t, b, fencestore.Admission{Resource: "x/1", Token: token + 1, Flight: time.Minute})
+			if !newer.Flight.Older {
+				t.Fatalf("%d through B while %d is in flight through A: Older not set", token+1, token)
+			}
+			ch := drainAsync(b, ctxT(t), newer.Flight)
+			if i == 0 {
+				select {
+				case d := <-ch:
+					t.Fatalf("B's Drain returned (%v, %v) while A's request is in flight", d.expired, d.err)
+				case <-time.After(300 * time.Millisecond):
+				}
+			}
+			released := time.Now()
+			a.Release(older.Flight)
+			select {
+			case d := <-ch:
+				if d.err != nil || d.expired {
+					t.Fatalf("Drain = (%v, %v), want (false, nil)", d.expired, d.err)
+				}
+				wake = append(wake, d.at.Sub(released))
+			case <-time.After(5 * time.Second):
+				t.Fatal("B's Drain still waiting 5s after A released")
+			}
+			b.Release(newer.Flight)
+		}
+		t.Logf("wake after a release in another store: %s", quantiles(wake))
+	})
+
+	t.Run("UnreleasedHoldsUntilLeaseExpiry", func(t *testing.T) {
+		// A replica admits 50 and dies: its client closes without a
+		// release, and nothing keeps its lease alive. 51 through B waits
+		// for the lease to expire, on etcd's clock, and no longer.
+		const flight = 2 * time.Second
+		dead := newStore()
+		admittedAt := time.Now()
+		mustAdmit(t, dead, fencestore.Admission{Resource: "x/2", Token: 50, Flight: flight})
+		if err := dead.Close(); err != nil {
+			t.Fatal(err)
+		}
+		newer := mustAdmit(t, b, fencestore.Admission{Resource: "x/2", Token: 51, Flight: time.Minute})
+		defer b.Release(newer.Flight)
+		if !newer.Flight.Older {
+			t.Fatal("51 admitted while 50 is in flight: Older not set")
+		}
+		d := <-drainAsync(b, ctxT(t), newer.Flight)
+		held := d.at.Sub(admittedAt)
+		t.Logf("held %v by a %v flight whose replica died (lease TTL %ds)", held.Round(time.Millisecond), flight, 3)
+		if d.err != nil || !d.expired {
+			t.Fatalf("Drain = (%v, %v), want (true, nil): the older record went by its lease's expiry", d.expired, d.err)
+		}
+		// At least the flight: a lease covers it whole. At most the flight,
+		// the slack and the rounding (1s, 0s here), etcd's expiry check
+		// (every 500ms) and some scheduling.
+		if held < flight || held > flight+time.Second+time.Second+500*time.Millisecond {
+			t.Fatalf("held %v by a %v flight", held, flight)
+		}
+	})
+}

@@ -1,0 +1,225 @@
+package etcdstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+var (
+	_ fencestore.Store  = (*Store)(nil)
+	_ fencestore.Keeper = (*Store)(nil)
+)
+
+// DefaultDrainPoll is how often a waiting Drain reads its range again when
+// no watch event woke it, when Options.DrainPoll is zero. The watch is what
+// wakes a Drain; this is only a net under it.
+const DefaultDrainPoll = time.Second
+
+// Options configures New. The zero value is usable, but a real deployment
+// sets KeyPrefix (fenceproxy's default is "fence:").
+type Options struct {
+	// KeyPrefix is put before each resource name to form its key; the
+	// identity record's key is KeyPrefix itself.
+	KeyPrefix string
+	// Logger receives warnings (a release that failed, a corrupt mark an
+	// operator reset). If nil, nothing is logged.
+	Logger *zap.Logger
+	// DrainPoll is how often a Drain that no watch event woke reads its
+	// range again. Zero means DefaultDrainPoll.
+	DrainPoll time.Duration
+}
+
+// Store is a fencestore.Store and fencestore.Keeper in etcd.
+type Store struct {
+	client    *clientv3.Client
+	keys      layout
+	log       *zap.Logger
+	drainPoll time.Duration
+	// expect is the identity every admission must find ("" none).
+	expect atomic.Pointer[string]
+
+	// The drain barrier (flight.go): records are named by replica and a
+	// count, and attached to the leases in leases.
+	replica string
+	ids     atomic.Uint64
+	leases  leases
+	rel     releases
+
+	// mu guards closed and bg.Add: Close waits for bg (releases, lease
+	// grants) once nothing can add to it.
+	mu     sync.Mutex
+	closed bool
+	bg     sync.WaitGroup
+	done   chan struct{} // closed by Close
+	// bgCtx bounds the background work that Close cuts short (grants);
+	// releases run to their own timeout.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var errClosed = fencestore.Unavailable(errors.New("etcdstore: closed"))
+
+// New returns a store that keeps its marks in etcd through client, and
+// takes ownership of client: Close closes it. NewClient makes a client as
+// fenceproxy needs it.
+func New(client *clientv3.Client, opts Options) *Store {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	poll := opts.DrainPoll
+	if poll <= 0 {
+		poll = DefaultDrainPoll
+	}
+	var r [8]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand panics instead)
+	s := &Store{
+		client:    client,
+		keys:      newLayout(opts.KeyPrefix),
+		log:       log.Named("etcdstore"),
+		drainPoll: poll,
+		replica:   hex.EncodeToString(r[:]),
+		done:      make(chan struct{}),
+	}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	s.leases.s = s
+	return s
+}
+
+// check refuses a call on a closed store or with a done context.
+func (s *Store) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fencestore.Unavailable(err)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	return nil
+}
+
+// fail wraps err, from an etcd call made for op, as unavailable; past ctx
+// the chain holds ctx's error too, whatever the client made of it.
+func (s *Store) fail(ctx context.Context, op string, err error) error {
+	if s.isClosed() {
+		return errClosed
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w (%w)", cerr, err)
+	}
+	return fencestore.Unavailable(fmt.Errorf("etcdstore: %s: %w", op, err))
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// goBackground runs fn on a goroutine that Close waits for; on a closed
+// store it does not run fn and returns false.
+func (s *Store) goBackground(fn func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn()
+	}()
+	return true
+}
+
+// Admit decides a against its resource's mark in one etcd transaction
+// (txn.go) and, with a.Flight, registers the admitted request in the
+// drain barrier in the same transaction.
+func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
+	if err := s.check(ctx); err != nil {
+		return fencestore.Decision{}, err
+	}
+	if reserved(a.Resource) {
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("etcdstore: admit %q: %w", a.Resource, errReservedName))
+	}
+	var fl *flightReg
+	if a.Flight > 0 {
+		rng := s.keys.flightRange(a.Resource)
+		id := fmt.Sprintf("%s.%016x", s.replica, s.ids.Add(1))
+		fl = &flightReg{key: flightKey(rng, a.Order(), id), older: rng}
+	}
+	// A lease that etcd no longer has (it was revoked, or the cluster was
+	// restored from a backup) fails the whole transaction: nothing was
+	// written, so a second try with a fresh lease is safe.
+	for attempt := 0; ; attempt++ {
+		if fl != nil {
+			l, err := s.leases.get(ctx, a.Flight)
+			if err != nil {
+				return fencestore.Decision{}, err
+			}
+			fl.lease = l
+		}
+		d, err := s.admit(ctx, a, fl)
+		if err != nil && fl != nil && attempt == 0 && isLeaseNotFound(err) {
+			s.leases.drop(fl.lease)
+			continue
+		}
+		return d, err
+	}
+}
+
+// Mark returns the resource's mark token, and false when it has none.
+func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error) {
+	m, ok, err := s.Get(ctx, resource)
+	return m.Token, ok, err
+}
+
+// Ping reads the identity record, a linearizable read: it answers only
+// when a quorum of the cluster does.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if _, err := s.client.Get(ctx, s.keys.identity, clientv3.WithCountOnly()); err != nil {
+		return s.fail(ctx, "ping", err)
+	}
+	return nil
+}
+
+// Close stops the store: later calls fail with an error wrapping
+// fencestore.ErrUnavailable. It waits for the releases already sent (each
+// bounded by releaseTimeout) and closes the client. It revokes no lease:
+// the requests still in flight here hold the others back until their
+// records are released or their leases expire, as a replica that died
+// would. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.done)
+		s.mu.Unlock()
+		s.bgCancel()
+		s.bg.Wait()
+		s.closeErr = s.client.Close()
+		if errors.Is(s.closeErr, context.Canceled) {
+			s.closeErr = nil // the client reports its own cancellation
+		}
+	})
+	return s.closeErr
+}

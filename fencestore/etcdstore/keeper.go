@@ -1,0 +1,231 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+// The operator's side (fencestore.Keeper). Raise and Reset read the mark
+// and then write it in a transaction that compares the key's ModRevision
+// with the one read (optimistic compare-and-swap, retried on conflict), so
+// that they never write over a value they did not see: a corrupt value is
+// reported, not overwritten, by Raise.
+
+// DefaultListLimit is the page size of List when its limit is not above
+// zero: a listing is never unbounded.
+const DefaultListLimit = 1000
+
+// casAttempts bounds the compare-and-swap retries of Raise and Reset under
+// contention (admissions advancing the same mark).
+const casAttempts = 32
+
+// errContended reports a Raise or Reset that lost every compare-and-swap.
+var errContended = errors.New("the mark kept changing under the operation; try again")
+
+// Identity returns the identity record, "" when there is none.
+func (s *Store) Identity(ctx context.Context) (string, error) {
+	if err := s.check(ctx); err != nil {
+		return "", err
+	}
+	resp, err := s.client.Get(ctx, s.keys.identity)
+	if err != nil {
+		return "", s.fail(ctx, "identity", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
+// Init writes a new identity record; without force only where there is
+// none (one transaction: create if absent).
+func (s *Store) Init(ctx context.Context, force bool) (string, error) {
+	if err := s.check(ctx); err != nil {
+		return "", err
+	}
+	id := fencestore.NewIdentity(force)
+	put := clientv3.OpPut(s.keys.identity, id)
+	if force {
+		if _, err := s.client.Put(ctx, s.keys.identity, id); err != nil {
+			return "", s.fail(ctx, "init", err)
+		}
+		return id, nil
+	}
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.Version(s.keys.identity), "=", 0)).
+		Then(put).Commit()
+	if err != nil {
+		return "", s.fail(ctx, "init", err)
+	}
+	if !resp.Succeeded {
+		return "", fencestore.ErrIdentityExists
+	}
+	return id, nil
+}
+
+// Expect makes every later admission compare the identity record with id
+// in its own transaction ("" stops the check).
+func (s *Store) Expect(id string) { s.expect.Store(&id) }
+
+func (s *Store) expectation() string {
+	if p := s.expect.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// HasMarks reports whether any mark exists (the identity record and the
+// in-flight records are not marks).
+func (s *Store) HasMarks(ctx context.Context) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	resp, err := s.client.Get(ctx, s.keys.marksFrom, clientv3.WithRange(s.keys.marksEnd),
+		clientv3.WithLimit(1), clientv3.WithKeysOnly())
+	if err != nil {
+		return false, s.fail(ctx, "has marks", err)
+	}
+	return len(resp.Kvs) > 0, nil
+}
+
+// Get returns resource's mark.
+func (s *Store) Get(ctx context.Context, resource string) (fencestore.Mark, bool, error) {
+	m, ok, _, err := s.read(ctx, resource)
+	return m, ok, err
+}
+
+// read returns resource's mark and the key's ModRevision (0: absent).
+func (s *Store) read(ctx context.Context, resource string) (fencestore.Mark, bool, int64, error) {
+	if err := s.check(ctx); err != nil {
+		return fencestore.Mark{}, false, 0, err
+	}
+	key := s.keys.markKey(resource)
+	if reserved(resource) {
+		return fencestore.Mark{}, false, 0, fencestore.Unavailable(fmt.Errorf("etcdstore: read %q: %w", resource, errReservedName))
+	}
+	resp, err := s.client.Get(ctx, key)
+	if err != nil {
+		return fencestore.Mark{}, false, 0, s.fail(ctx, fmt.Sprintf("read %q", key), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fencestore.Mark{}, false, 0, nil
+	}
+	kv := resp.Kvs[0]
+	m, ok := parseValue(kv.Value)
+	if !ok {
+		return fencestore.Mark{}, true, kv.ModRevision, fencestore.Unavailable(&CorruptError{Key: key, Value: string(kv.Value)})
+	}
+	return m, true, kv.ModRevision, nil
+}
+
+// CorruptError reports a value under a mark's key that is not a mark.
+type CorruptError struct{ Key, Value string }
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("etcdstore: corrupt mark %q at %q: want 20 digits, or 20 digits ':' 20 digits", e.Value, e.Key)
+}
+
+// List pages through the marks whose resource names begin with prefix, in
+// key order, from after cursor, at most limit at a time (DefaultListLimit
+// when limit is not above zero): one etcd range read with a limit.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]fencestore.Entry, string, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	if prefix != "" && prefix[0] == 0 {
+		return nil, "", nil // no mark has such a name
+	}
+	from, end := s.keys.markKey(prefix), prefixEnd(s.keys.markKey(prefix))
+	if prefix == "" {
+		from, end = s.keys.marksFrom, s.keys.marksEnd
+	}
+	if cursor != "" {
+		if after := s.keys.markKey(cursor) + "\x00"; after > from {
+			from = after
+		}
+	}
+	resp, err := s.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return nil, "", s.fail(ctx, "list", err)
+	}
+	out := make([]fencestore.Entry, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		m, ok := parseValue(kv.Value)
+		if !ok {
+			return nil, "", fencestore.Unavailable(&CorruptError{Key: string(kv.Key), Value: string(kv.Value)})
+		}
+		out = append(out, fencestore.Entry{Resource: string(kv.Key[len(s.keys.prefix):]), Mark: m})
+	}
+	next := ""
+	if resp.More && len(out) > 0 {
+		next = out[len(out)-1].Resource
+	}
+	return out, next, nil
+}
+
+// Raise sets resource's mark to m when m is above it, or it has none.
+func (s *Store) Raise(ctx context.Context, resource string, m fencestore.Mark) (old fencestore.Mark, had, changed bool, err error) {
+	key := s.keys.markKey(resource)
+	for range casAttempts {
+		var rev int64
+		old, had, rev, err = s.read(ctx, resource)
+		if err != nil {
+			return old, had, false, err
+		}
+		if had && !old.Before(m) {
+			return old, had, false, nil
+		}
+		ok, err := s.swap(ctx, key, rev, clientv3.OpPut(key, value(m)))
+		if err != nil || ok {
+			return old, had, ok, err
+		}
+	}
+	return old, had, false, fencestore.Unavailable(fmt.Errorf("etcdstore: raise %q: %w", key, errContended))
+}
+
+// Reset sets resource's mark to *m, or deletes it when m is nil, whatever
+// it was: a corrupt value too (it is logged, and reported as a mark of 0).
+func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) (old fencestore.Mark, had bool, err error) {
+	key := s.keys.markKey(resource)
+	op := clientv3.OpDelete(key)
+	if m != nil {
+		op = clientv3.OpPut(key, value(*m))
+	}
+	for range casAttempts {
+		var rev int64
+		old, had, rev, err = s.read(ctx, resource)
+		var corrupt *CorruptError
+		if errors.As(err, &corrupt) {
+			s.log.Warn("reset replaces a corrupt mark", zap.String("key", key), zap.String("value", corrupt.Value))
+			err = nil
+		}
+		if err != nil {
+			return old, had, err
+		}
+		ok, err := s.swap(ctx, key, rev, op)
+		if err != nil || ok {
+			return old, had, err
+		}
+	}
+	return old, had, fencestore.Unavailable(fmt.Errorf("etcdstore: reset %q: %w", key, errContended))
+}
+
+// swap runs op if key's ModRevision is still rev (0: still absent).
+func (s *Store) swap(ctx context.Context, key string, rev int64, op clientv3.Op) (bool, error) {
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(op).Commit()
+	if err != nil {
+		return false, s.fail(ctx, fmt.Sprintf("write %q", key), err)
+	}
+	return resp.Succeeded, nil
+}
