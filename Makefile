@@ -4,7 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test test-short test-deploy faults faults-long faults-test fuzz bench bench-quick redis-server vet
+.PHONY: build run test test-short test-deploy faults faults-long faults-test fuzz bench bench-quick redis-server etcd vet
 
 build: ## static binary, built exactly as the container image builds it
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/fenceproxy ./cmd/fenceproxy
@@ -12,7 +12,7 @@ build: ## static binary, built exactly as the container image builds it
 run: ## fenceproxy on the embedded store in front of http://127.0.0.1:3000
 	FENCE_UPSTREAM_URL=$${FENCE_UPSTREAM_URL:-http://127.0.0.1:3000} $(GO) run ./cmd/fenceproxy
 
-test: redis-server vet ## every test, with the race detector; tests start their own redis-server
+test: redis-server etcd vet ## every test, with the race detector; tests start their own redis-server and etcd
 	$(GO) test -race -count=1 ./...
 	@# allocation counts are only meaningful without -race (sync.Pool drops items under it)
 	$(GO) test -count=1 -run 'Alloc' ./proxy
@@ -21,8 +21,8 @@ test: redis-server vet ## every test, with the race detector; tests start their 
 test-deploy: ## render and strictly validate every manifest, check the Dockerfile, build as the image does (own module)
 	cd deploy && $(GO) test -count=1 ./...
 
-test-short: ## without the Redis-backed tests
-	FENCE_SKIP_REDIS=1 $(GO) test -race -count=1 ./...
+test-short: ## without the Redis- and etcd-backed tests
+	FENCE_SKIP_REDIS=1 FENCE_SKIP_ETCD=1 $(GO) test -race -count=1 ./...
 
 vet:
 	$(GO) vet ./...
@@ -55,6 +55,9 @@ bench-quick: redis-server ## a smoke run of the load harness (~2 min; writes onl
 
 # The Redis-backed tests need redis-server on PATH. On a fresh Debian machine
 # as root this installs it; elsewhere it says what to install.
+etcd: ## the etcd server the etcd store's tests start (built once from the Go module proxy when missing)
+	@bash fencestore/etcdstore/etcdtest/install-etcd.sh
+
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

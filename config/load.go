@@ -41,6 +41,13 @@ type rawEnv struct {
 	StoreInit       string `env:"FENCE_STORE_INIT" envDefault:"auto"`
 	MarkCache       string `env:"FENCE_MARK_CACHE" envDefault:"100000"`
 
+	EtcdEndpoints string `env:"FENCE_ETCD_ENDPOINTS"`
+	EtcdUsername  string `env:"FENCE_ETCD_USERNAME"`
+	EtcdPassword  string `env:"FENCE_ETCD_PASSWORD"`
+	EtcdCAFile    string `env:"FENCE_ETCD_TLS_CA_FILE"`
+	EtcdCertFile  string `env:"FENCE_ETCD_TLS_CERT_FILE"`
+	EtcdKeyFile   string `env:"FENCE_ETCD_TLS_KEY_FILE"`
+
 	RedisURL      string `env:"FENCE_REDIS_URL"`
 	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS"`
 	MasterName    string `env:"FENCE_REDIS_MASTER_NAME" envDefault:"mymaster"`
@@ -164,6 +171,7 @@ func Load(environ map[string]string) (*Config, error) {
 	}
 
 	c.Store = deriveStore(raw, bad)
+	c.Etcd = parseEtcd(raw, c.Store, bad)
 	if raw.RedisURL != "" {
 		checkRedisURL(raw.RedisURL, bad)
 		if raw.Username != "" || raw.Password != "" {
@@ -372,6 +380,11 @@ func deriveStore(raw rawEnv, bad func(variable, format string, args ...any)) Sto
 		return StoreRedis
 	case s == "":
 		return StoreBolt
+	case s == StoreEtcd:
+		if len(set) > 0 {
+			bad("FENCE_STORE", "etcd contradicts %s", strings.Join(set, ", "))
+		}
+		return s
 	case s == StoreRedis:
 		if len(set) == 0 {
 			bad("FENCE_STORE", "redis needs one of %s", strings.Join(redisAddrVars, ", "))
@@ -383,9 +396,42 @@ func deriveStore(raw rawEnv, bad func(variable, format string, args ...any)) Sto
 		}
 		return s
 	default:
-		bad("FENCE_STORE", "%q must be redis, bolt or memory", raw.Store)
+		bad("FENCE_STORE", "%q must be redis, etcd, bolt or memory", raw.Store)
 		return ""
 	}
+}
+
+// parseEtcd reads the FENCE_ETCD_* variables: FENCE_ETCD_ENDPOINTS is
+// required with FENCE_STORE=etcd, and none of them is allowed without it
+// (a half-configured store would quietly be another one).
+func parseEtcd(raw rawEnv, store StoreKind, bad func(variable, format string, args ...any)) Etcd {
+	e := Etcd{Username: raw.EtcdUsername, Password: raw.EtcdPassword,
+		CAFile: raw.EtcdCAFile, CertFile: raw.EtcdCertFile, KeyFile: raw.EtcdKeyFile}
+	if store != StoreEtcd {
+		for name, v := range map[string]string{"FENCE_ETCD_ENDPOINTS": raw.EtcdEndpoints, "FENCE_ETCD_USERNAME": raw.EtcdUsername,
+			"FENCE_ETCD_PASSWORD": raw.EtcdPassword, "FENCE_ETCD_TLS_CA_FILE": raw.EtcdCAFile,
+			"FENCE_ETCD_TLS_CERT_FILE": raw.EtcdCertFile, "FENCE_ETCD_TLS_KEY_FILE": raw.EtcdKeyFile} {
+			if v != "" {
+				bad(name, "set, but FENCE_STORE is not etcd")
+			}
+		}
+		return Etcd{}
+	}
+	for _, ep := range strings.Split(raw.EtcdEndpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			e.Endpoints = append(e.Endpoints, ep)
+		}
+	}
+	if len(e.Endpoints) == 0 {
+		bad("FENCE_STORE", "etcd needs FENCE_ETCD_ENDPOINTS (a comma list of host:port or http(s)://host:port)")
+	}
+	if e.Password != "" && e.Username == "" {
+		bad("FENCE_ETCD_PASSWORD", "set without FENCE_ETCD_USERNAME")
+	}
+	if (e.CertFile == "") != (e.KeyFile == "") {
+		bad("FENCE_ETCD_TLS_CERT_FILE", "FENCE_ETCD_TLS_CERT_FILE and FENCE_ETCD_TLS_KEY_FILE go together")
+	}
+	return e
 }
 
 // checkRedisURL checks the form of FENCE_REDIS_URL; redis.ParseURL reads it

@@ -151,6 +151,10 @@ func TestLoadValues(t *testing.T) {
 			func(c *Config) bool { return c.ListenAddr == ":0" && c.AdminAddr == ":0" }},
 		{"same port, different hosts", map[string]string{"FENCE_LISTEN_ADDR": "10.0.0.1:8080", "FENCE_ADMIN_ADDR": "127.0.0.1:8080"},
 			func(c *Config) bool { return c.AdminAddr == "127.0.0.1:8080" }},
+		{"etcd", map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": " 127.0.0.1:2379, https://e2:2379 ", "FENCE_ETCD_USERNAME": "fence", "FENCE_ETCD_PASSWORD": "pw"},
+			func(c *Config) bool {
+				return c.Store == StoreEtcd && len(c.Etcd.Endpoints) == 2 && c.Etcd.Endpoints[1] == "https://e2:2379" && c.Etcd.Username == "fence"
+			}},
 		{"store init manual", map[string]string{"FENCE_STORE_INIT": "manual"},
 			func(c *Config) bool { return !c.StoreInitAuto }},
 		{"drain off", map[string]string{"FENCE_DRAIN": "off"},
@@ -248,7 +252,11 @@ func TestLoadInvalid(t *testing.T) {
 		{"admin empty port", map[string]string{"FENCE_ADMIN_ADDR": "localhost:"}, `FENCE_ADMIN_ADDR: "localhost:": port must be a number`},
 		{"admin equals listen", map[string]string{"FENCE_ADMIN_ADDR": ":8080"}, `FENCE_ADMIN_ADDR: ":8080" must differ from FENCE_LISTEN_ADDR (":8080")`},
 		{"admin overlaps listen", map[string]string{"FENCE_LISTEN_ADDR": "0.0.0.0:7000", "FENCE_ADMIN_ADDR": "127.0.0.1:7000"}, "FENCE_ADMIN_ADDR: \"127.0.0.1:7000\" must differ"},
-		{"store unknown", map[string]string{"FENCE_STORE": "etcd"}, `FENCE_STORE: "etcd" must be redis, bolt or memory`},
+		{"store unknown", map[string]string{"FENCE_STORE": "zookeeper"}, `FENCE_STORE: "zookeeper" must be redis, etcd, bolt or memory`},
+		{"etcd without endpoints", map[string]string{"FENCE_STORE": "etcd"}, `FENCE_STORE: etcd needs FENCE_ETCD_ENDPOINTS`},
+		{"etcd variable without etcd", map[string]string{"FENCE_ETCD_ENDPOINTS": "127.0.0.1:2379"}, `FENCE_ETCD_ENDPOINTS: set, but FENCE_STORE is not etcd`},
+		{"etcd password without user", map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": "a:1", "FENCE_ETCD_PASSWORD": "x"}, `FENCE_ETCD_PASSWORD: set without FENCE_ETCD_USERNAME`},
+		{"etcd cert without key", map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": "a:1", "FENCE_ETCD_TLS_CERT_FILE": "c.pem"}, `go together`},
 		{"store case", map[string]string{"FENCE_STORE": "Redis", "FENCE_REDIS_URL": "redis://r:6379"}, `FENCE_STORE: "Redis" must be`},
 		{"token header invalid", map[string]string{"FENCE_TOKEN_HEADER": "Fencing Token"}, `FENCE_TOKEN_HEADER: "Fencing Token" is not a valid HTTP header name`},
 		{"token header colon", map[string]string{"FENCE_TOKEN_HEADER": "Fencing:Token"}, `FENCE_TOKEN_HEADER: "Fencing:Token" is not a valid`},

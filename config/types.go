@@ -16,6 +16,7 @@ const (
 	StoreRedis  StoreKind = "redis"
 	StoreBolt   StoreKind = "bolt"
 	StoreMemory StoreKind = "memory"
+	StoreEtcd   StoreKind = "etcd"
 )
 
 // Config is fenceproxy's validated configuration: the environment plus the
@@ -42,7 +43,19 @@ type Config struct {
 	StoreInitAuto   bool          // FENCE_STORE_INIT=auto: the first replica on a store with no marks and no identity record writes one
 	DrainTimeout    time.Duration // FENCE_DRAIN_TIMEOUT: bound on one wait at the barrier; 0 (unset) waits until the older requests end or reach their deadlines
 	Redis           Redis
+	Etcd            Etcd
 	Routes          Routes // from RoutesFile, or DefaultRoutes()
+}
+
+// Etcd is the etcd connection configuration, set when Config.Store is
+// StoreEtcd.
+type Etcd struct {
+	Endpoints []string // FENCE_ETCD_ENDPOINTS
+	Username  string   // FENCE_ETCD_USERNAME
+	Password  string   // FENCE_ETCD_PASSWORD
+	CAFile    string   // FENCE_ETCD_TLS_CA_FILE
+	CertFile  string   // FENCE_ETCD_TLS_CERT_FILE
+	KeyFile   string   // FENCE_ETCD_TLS_KEY_FILE
 }
 
 // Redis is the Redis connection configuration; exactly one of URL,

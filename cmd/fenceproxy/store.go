@@ -16,6 +16,7 @@ import (
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/boltstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore"
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
 	"github.com/fenceproxy/fenceproxy/proxy"
@@ -49,6 +50,19 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 		return openedStore{store: s, keeper: s}, nil
 	case config.StoreRedis:
 		return openRedis(ctx, cfg, log, reg, settingsEvery)
+	case config.StoreEtcd:
+		e := cfg.Etcd
+		client, err := etcdstore.NewClient(etcdstore.ClientOptions{
+			Endpoints: e.Endpoints, Username: e.Username, Password: e.Password,
+			CAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile, Logger: log.Named("etcd"),
+		})
+		if err != nil {
+			// With a username the client authenticates at once: a wrong
+			// password, or no member reachable within the dial timeout.
+			return openedStore{}, fmt.Errorf("FENCE_ETCD_ENDPOINTS: %w", err)
+		}
+		s := etcdstore.New(client, etcdstore.Options{KeyPrefix: cfg.KeyPrefix, Logger: log.Named("etcd")})
+		return openedStore{store: s, keeper: s}, nil
 	}
 	return openedStore{}, fmt.Errorf("FENCE_STORE: unknown store %q", cfg.Store)
 }
