@@ -1,4 +1,4 @@
--- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one; ARGV[1], ARGV[2], ARGV[3], ARGV[4] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64) and barrier ("" for none, else "<timeout_ms> <id>") of the first admission, the same four for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT); returns {flag, mark, member, older, expired} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), or -1 with an error text (a corrupt mark, a key of another type); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), expired how many such entries it found past their deadlines and dropped
+-- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<timeout_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s") of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there; returns {flag, mark, member, older, expired, regressed} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), expired how many such entries it found past their deadlines and dropped, regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back (else 0)
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
@@ -32,6 +32,20 @@
 -- barrier does not touch its in-flight key: the caller passes the mark key
 -- again in its place, which keeps a Cluster call within one slot whatever
 -- the mark key's name.
+--
+-- The floor (fencestore.Admission.Floor): the greatest mark the replica saw
+-- for the resource. A stored mark ordered before it (token, then no
+-- sequence before any sequence, then sequence), or none, has regressed: the
+-- admission is decided against the floor instead, and the mark after the
+-- decision (at least the floor) is written back in this same run, so the
+-- store heals in the step that found the loss.
+--
+-- The identity (fencestore.Keeper): with an odd number of keys the last is
+-- the store's identity key and the last argument the identity expected
+-- there. It is read once per run, after the arguments are checked and
+-- before anything is written; when it does not hold the expected identity
+-- (none, another one), every admission of the run answers -2 with what it
+-- holds, and nothing is written: the store was emptied or replaced.
 local MAX = '18446744073709551615'
 
 -- cmp returns -1, 0 or 1 as canonical decimal a is below, equal to or above b.
@@ -74,6 +88,16 @@ local function parse(v)
   local t, s = string.sub(v, 1, i - 1), string.sub(v, i + 1)
   if canonical(t) and canonical(s) then return t, s end
   return nil
+end
+
+-- before reports whether the mark (at, as) is ordered before (bt, bs), the
+-- sequences nil for none: a lower token, or an equal token and no sequence
+-- before any, or a lower sequence (fencestore.Mark.Before).
+local function before(at, as, bt, bs)
+  local c = cmp(at, bt)
+  if c ~= 0 then return c < 0 end
+  if (as == nil) ~= (bs == nil) then return as == nil end
+  return as ~= nil and cmp(as, bs) < 0
 end
 
 -- call runs a command with redis.pcall: its reply, or nil and the error text.
@@ -166,19 +190,31 @@ local function enter(key, token, seq, timeout, id, now)
   return member, o, expired
 end
 
-local n = #KEYS / 2
-if n < 1 or n ~= math.floor(n) or (#ARGV ~= 4 * n and #ARGV ~= 4 * n + 1) then
-  return redis.error_reply('ERR fenceproxy: want a mark key and an in-flight key, and a token, a mode, a sequence and a barrier, per admission')
+local nkeys, nargs = #KEYS, #ARGV
+local idkey, want
+if nkeys % 2 == 1 then
+  idkey, want = KEYS[nkeys], ARGV[nargs]
+  nkeys, nargs = nkeys - 1, nargs - 1
 end
-local w = ARGV[4 * n + 1]
-if w ~= nil and w ~= 'w' then
-  return redis.error_reply('ERR fenceproxy: the optional last argument must be w')
+local n = nkeys / 2
+if n < 1 or (nargs ~= 5 * n and nargs ~= 5 * n + 1) then
+  return redis.error_reply('ERR fenceproxy: want a mark key and an in-flight key, and a token, a mode, a sequence, a barrier and a floor, per admission')
+end
+if idkey ~= nil and (type(want) ~= 'string' or want == '') then
+  return redis.error_reply('ERR fenceproxy: an identity key wants the identity expected, last')
+end
+local w
+if nargs == 5 * n + 1 then
+  w = ARGV[nargs]
+  if w ~= 'w' then
+    return redis.error_reply('ERR fenceproxy: the optional argument after the admissions must be w')
+  end
 end
 -- Every argument is checked before anything is written: a bad call writes
 -- nothing.
-local timeouts, ids = {}, {}
+local timeouts, ids, floors = {}, {}, {}
 for i = 1, n do
-  local token, mode, seq, fl = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i]
+  local token, mode, seq, fl, floor = ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 2], ARGV[5 * i - 1], ARGV[5 * i]
   if type(token) ~= 'string' or not canonical(token) then
     return redis.error_reply('ERR fenceproxy: token is not a canonical decimal uint64')
   end
@@ -197,13 +233,41 @@ for i = 1, n do
     end
     timeouts[i], ids[i] = tonumber(t), id
   end
+  if type(floor) ~= 'string' then
+    return redis.error_reply('ERR fenceproxy: floor is neither empty nor a mark')
+  end
+  if floor ~= '' then
+    local ft, fs = parse(floor)
+    if ft == nil then
+      return redis.error_reply('ERR fenceproxy: floor is neither empty nor a mark')
+    end
+    floors[i] = {ft, fs}
+  end
+end
+
+local out = {}
+-- The identity, once for the whole run, before anything is written.
+if idkey ~= nil then
+  local found, err = call('GET', idkey)
+  if err or found ~= want then
+    local flag, result = -2, found
+    if err then
+      flag, result = -1, 'identity key: ' .. err .. ' at ' .. idkey
+    elseif found == false then
+      result = ''
+    end
+    for i = 1, n do
+      local b = 6 * (i - 1)
+      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, '', 0, 0, 0
+    end
+    return out
+  end
 end
 
 local now -- the server's clock, read once for the whole call when needed
-local out = {}
 for i = 1, n do
   local key, fkey = KEYS[2 * i - 1], KEYS[2 * i]
-  local token, mode, seq = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1]
+  local token, mode, seq = ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 2]
   -- pair is the mark this admission sets when admitted.
   local pair = token
   if seq ~= '' then
@@ -212,15 +276,27 @@ for i = 1, n do
   -- result is the mark after the decision, and write, when set, the value
   -- the decision needs stored.
   local flag, result, write
+  local regressed = 0
   local mark, err = call('GET', key)
+  local mt, ms
+  if not err and mark ~= false then
+    mt, ms = parse(mark)
+    if mt == nil then
+      err = 'corrupt mark'
+    end
+  end
   if err then
     flag, result = -1, err
-  elseif mark == false then
-    flag, result, write = 1, pair, pair
   else
-    local mt, ms = parse(mark)
-    if mt == nil then
-      flag, result = -1, 'corrupt mark'
+    -- A floor above the stored mark, or a floor and no mark: the mark
+    -- regressed, and the floor stands in for it.
+    local f = floors[i]
+    if f ~= nil and (mark == false or before(mt, ms, f[1], f[2])) then
+      regressed = 1
+      mark, mt, ms = ARGV[5 * i], f[1], f[2]
+    end
+    if mark == false then
+      flag, result, write = 1, pair, pair
     else
       local c = cmp(token, mt)
       if c > 0 or (c == 0 and seq ~= '' and (ms == nil or cmp(seq, ms) > 0)) then
@@ -234,11 +310,13 @@ for i = 1, n do
       else
         flag, result = 0, mark
       end
+      -- A regressed mark is healed: the mark after the decision (the
+      -- floor, when the decision did not move it) is written back.
       -- With WAIT an admission that changed nothing rewrites the mark it
       -- relied on, and a refusal the mark it reports: the acknowledgement
       -- then covers that mark too, so no decision stands on a mark a
       -- failover could still take back.
-      if w == 'w' and write == nil then
+      if (regressed == 1 or w == 'w') and write == nil then
         write = mark
       end
     end
@@ -274,8 +352,9 @@ for i = 1, n do
   end
   if flag == -1 then
     result = result .. ' at ' .. key
+    regressed = 0
   end
-  local b = 5 * (i - 1)
-  out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5] = flag, result, member, o, expired
+  local b = 6 * (i - 1)
+  out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, member, o, expired, regressed
 end
 return out

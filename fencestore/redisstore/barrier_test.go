@@ -141,8 +141,8 @@ func TestScriptReleasePublishes(t *testing.T) {
 	}
 	enter := func(token, seq, id string) string {
 		t.Helper()
-		r, err := c.Eval(ctx, string(admit), []string{key, fkey}, token, "ge", seq, "60000 "+id).Slice()
-		if err != nil || len(r) != 5 || r[0] != int64(1) {
+		r, err := c.Eval(ctx, string(admit), []string{key, fkey}, token, "ge", seq, "60000 "+id, "").Slice()
+		if err != nil || len(r) != 6 || r[0] != int64(1) {
 			t.Fatalf("admit %s: %v, %v", token, r, err)
 		}
 		return r[2].(string)

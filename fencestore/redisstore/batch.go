@@ -40,12 +40,8 @@ const (
 var errClosed = errors.New("redisstore: store closed")
 
 type admission struct {
-	ctx   context.Context
-	keys  [2]string // the mark key and its in-flight key
-	tok   string
-	mode  string
-	seq   string // "" for none
-	fl    string // admit.lua's barrier argument, "" for none
+	ctx context.Context
+	call
 	reply any
 	err   error
 	done  chan struct{} // buffered 1: the worker never blocks on a gone caller
@@ -101,14 +97,14 @@ func newBatcher(client redis.UniversalClient, maxBatch, pipelines int, pend *pen
 
 // admit queues one admission and waits for its reply or ctx. The queue is
 // bounded: when it is full the caller waits for room until its deadline.
-func (b *batcher) admit(ctx context.Context, key, fkey, tok, mode, seq, fl string) (any, error) {
+func (b *batcher) admit(ctx context.Context, c call) (any, error) {
 	select {
 	case <-b.stop:
 		return nil, errClosed
 	default:
 	}
 	a := admissionPool.Get().(*admission)
-	a.ctx, a.keys[0], a.keys[1], a.tok, a.mode, a.seq, a.fl = ctx, key, fkey, tok, mode, seq, fl
+	a.ctx, a.call = ctx, c
 	select {
 	case b.queue <- a:
 	case <-ctx.Done():
@@ -291,7 +287,8 @@ func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, liv
 		relCmds = append(relCmds, releaseScript.EvalSha(ctx, pipe, []string{r.key}, r.member, channel))
 	}
 	for _, a := range live {
-		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, a.keys[:], a.tok, a.mode, a.seq, a.fl))
+		keys, args := script([]*admission{a}, false)
+		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, keys, args...))
 	}
 	_, _ = pipe.Exec(ctx) // each command keeps its own error
 
@@ -316,8 +313,8 @@ func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, liv
 			if retry == nil {
 				retry = p.Pipeline()
 			}
-			a := live[i]
-			cmds[i] = admitScript.Eval(ctx, retry, a.keys[:], a.tok, a.mode, a.seq, a.fl)
+			keys, args := script(live[i:i+1], false)
+			cmds[i] = admitScript.Eval(ctx, retry, keys, args...)
 		}
 	}
 	if retry != nil {
@@ -354,7 +351,7 @@ func recheck(ctx context.Context, c redis.Scripter, live []*admission, late map[
 	}
 	for _, a := range live {
 		r, ok := a.reply.([]any)
-		if a.err != nil || !ok || len(r) != 5 || !late[a.keys[1]] || r[3] != int64(1) {
+		if a.err != nil || !ok || len(r) != 6 || !late[a.keys[1]] || r[3] != int64(1) {
 			continue
 		}
 		member, _ := r[2].(string)
@@ -425,13 +422,15 @@ func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []relea
 
 // execOne releases rels with one run of release.lua and admits live with
 // one run of admit.lua over all their keys, in queue order, in one
-// pipeline; admit.lua's reply holds a {flag, mark, member, older, expired}
-// group per admission.
+// pipeline; admit.lua's reply holds a {flag, mark, member, older, expired,
+// regressed} group per admission. Admissions that expect another identity
+// than the one before them (an Expect between the two) start a run of
+// their own, in the same pipeline: one run checks one identity.
 func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release) {
 	pipe := b.client.Pipeline()
 	var relKeys []string
 	var relArgs []any
-	var release, admit *redis.Cmd
+	var release *redis.Cmd
 	if len(rels) > 0 {
 		relKeys = make([]string, len(rels))
 		relArgs = make([]any, 0, len(rels)+1)
@@ -442,14 +441,23 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 		relArgs = append(relArgs, b.channel)
 		release = releaseScript.EvalSha(ctx, pipe, relKeys, relArgs...)
 	}
-	keys := make([]string, 0, 2*len(live))
-	args := make([]any, 0, 4*len(live))
-	for _, a := range live {
-		keys = append(keys, a.keys[0], a.keys[1])
-		args = append(args, a.tok, a.mode, a.seq, a.fl)
+	type run struct {
+		live []*admission
+		keys []string
+		args []any
+		cmd  *redis.Cmd
 	}
-	if len(live) > 0 {
-		admit = admitScript.EvalSha(ctx, pipe, keys, args...)
+	var runs []*run
+	for i := 0; i < len(live); {
+		j := i + 1
+		for j < len(live) && live[j].id == live[i].id {
+			j++
+		}
+		r := &run{live: live[i:j]}
+		r.keys, r.args = script(r.live, false)
+		r.cmd = admitScript.EvalSha(ctx, pipe, r.keys, r.args...)
+		runs = append(runs, r)
+		i = j
 	}
 	_, _ = pipe.Exec(ctx) // each command keeps its own error
 
@@ -465,11 +473,13 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 			late[k] = true
 		}
 	}
-	if admit != nil && isNoScript(admit.Err()) {
-		if retry == nil {
-			retry = b.client.Pipeline()
+	for _, r := range runs {
+		if isNoScript(r.cmd.Err()) {
+			if retry == nil {
+				retry = b.client.Pipeline()
+			}
+			r.cmd = admitScript.Eval(ctx, retry, r.keys, r.args...)
 		}
-		admit = admitScript.Eval(ctx, retry, keys, args...)
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
@@ -479,18 +489,17 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 			b.releaseFailed(fmt.Sprintf("%d keys", len(rels)), err)
 		}
 	}
-	if admit == nil {
-		return
-	}
-	reply, err := admit.Slice()
-	if err == nil && len(reply) != 5*len(live) {
-		err = fmt.Errorf("redisstore: batch of %d got %d replies", len(live), len(reply))
-	}
-	for i, a := range live {
-		if err != nil {
-			a.err = err
-		} else {
-			a.reply = reply[5*i : 5*i+5]
+	for _, r := range runs {
+		reply, err := r.cmd.Slice()
+		if err == nil && len(reply) != 6*len(r.live) {
+			err = fmt.Errorf("redisstore: batch of %d got %d replies", len(r.live), len(reply))
+		}
+		for i, a := range r.live {
+			if err != nil {
+				a.err = err
+			} else {
+				a.reply = reply[6*i : 6*i+6]
+			}
 		}
 	}
 	recheck(ctx, b.client, live, late)

@@ -85,4 +85,93 @@
 // go on without waiting for them), which weakens the barrier but never the
 // mark, which has no TTL. noeviction instead refuses the entries' writes,
 // and those admissions fail, closed.
+//
+// The floor (fencestore.Admission.Floor, a mark the replica saw before).
+// admit.lua takes it as a fifth argument per admission ("" for none, else
+// its stored form) and decides as Admission.Decide does: a stored mark
+// ordered before it (token, then no sequence before any sequence, then
+// sequence), or none, has regressed; the decision is taken against the
+// floor, the mark after it (at least the floor) is written back in the same
+// script run, and the reply's sixth value per admission says so
+// (Decision.Regressed). A corrupt mark is not healed: it still fails its
+// admissions, closed, until an operator's Reset repairs it.
+//
+// The identity record (fencestore.Keeper; keeper.go) is the key KeyPrefix
+// itself (`GET fence:`): every resource name is non-empty, so no mark key is
+// it (an empty resource name is refused everywhere), and it is inside the
+// prefix, so the ACL pattern ~<prefix>* covers it. With an empty KeyPrefix
+// it is the empty key "", which Redis allows. Init writes it with SET NX
+// (SET with force). Once Expect names it, every admission checks it inside
+// its own script run: admit.lua takes the identity key as a last, odd KEY
+// and the identity expected as its last argument, reads it once per run
+// after checking the arguments and before any write, and when it is gone or
+// another answers -2 with what it found for every admission of the run,
+// having written nothing; Admit returns that as the *fencestore.LostError
+// itself (it wraps ErrUnavailable and ErrStoreLost). So on a single server
+// and through Sentinel, a flush, a restart without persistence or a
+// failover to a copy that never had the record fails the first admission
+// that meets it, batched or not, with WAIT or not (a batch whose admissions
+// expect different records, an Expect between them, is split into one run
+// per record). Ping reads the record too, once Expect named it.
+//
+// On a Ring each shard is a server of its own that runs scripts over any
+// of its keys, so every shard holds a copy of the record under the same
+// name: Init writes every live shard (the one the key maps to first, so
+// that of two Inits at once one wins before the other writes anything
+// else), Identity reads them all and is an error when they disagree (a
+// shard emptied or replaced: only Init with force ends it), and each
+// admission checks its own shard's copy in its script run, as above. What
+// no record can see: when a shard is down, go-redis's Ring sends its keys
+// to the others, which never had their marks; only the replicas' floors
+// heal those.
+//
+// On a Cluster it cannot be checked inside the admission. The record is
+// one key in one slot, a script may touch the keys of one slot only, and a
+// node cannot even GET a key of a slot it does not own, so no command in
+// the admission's pipeline can read it on the mark's node either (and a GET
+// beside the script would not be atomic with it). So on a Cluster the
+// record is read by Ping and by a background check, started by Expect,
+// every Options.IdentityCheck (DefaultIdentityCheck, one second), on the
+// master of its slot; admissions (before they are sent, and again when
+// their reply comes) fail with a *LostError once the last reading found it
+// gone or another. That is weaker than the contract's "inside every
+// admission, in the same atomic step" in two ways: (1) a loss of the
+// record's own master is noticed only at the next reading, up to about a
+// second plus a round trip later, and the admissions decided meanwhile go
+// by marks that may be gone; while that master does not answer, the last
+// reading stands. (2) A flush, a restart without persistence or a failover
+// to an empty replica of any other master goes unnoticed altogether: its
+// marks vanish, and only the replicas' floors (the mark cache) raise them
+// back. A sound check needs a record in every slot, so that each mark has
+// one in its own: a table from each of the 16384 slots (CRC16(key) mod
+// 16384) to a hash tag that hashes to it (found once by search: short
+// strings cover every slot), 16384 records written by Init (pipelined per
+// master) and read by Identity, and the record of the mark key's slot
+// passed as the script's third key. (A KeyPrefix with a hash tag puts every
+// mark in one slot, whose one record would do.) Their names must be inside the
+// prefix for the ACL and yet spelled by no resource name, and every
+// non-empty string is a resource name today: it needs the resource names to
+// give up a spelling first (a reserved first byte, say). It is not built.
+//
+// The operator's reads and writes never block the server: no KEYS. Get is
+// one GET. HasMarks SCANs (MATCH, the prefix's glob characters escaped) for
+// one key under the prefix that is neither the identity record nor an
+// in-flight key (a key named as one, flightKey, that GET finds to be of
+// another type: an in-flight key of a mark with a hash tag lies under the
+// prefix). List SCANs with MATCH KeyPrefix+prefix, both escaped (* ? [ ] \),
+// server by server (the one server; every master of a Cluster, every live
+// shard of a Ring, in address order), GETs each batch's keys in one
+// pipeline, and skips the identity record and in-flight keys; a corrupt
+// mark, or a key of another type, fails the page with an error naming it.
+// Its cursor is opaque: the server, the SCAN cursor and COUNT, and, when a
+// SCAN batch held more than the page had room for, where in that batch the
+// page ended (see List). No page holds a mark twice; a walk may, when the
+// keyspace is resized during it (SCAN's guarantee: a mark kept all through
+// a walk is listed at least once), and on a Cluster a slot that migrates
+// during a walk may be missed or repeated. Raise is raise.lua (GET, and SET
+// when the mark moves forward, by the order above); Reset is reset.lua
+// (GET, then SET or DEL), which replaces a corrupt mark or a key of another
+// type too. Beside what admissions need, an operator's ACL user needs SCAN,
+// DEL, EVAL and EVALSHA; `serve` needs SCAN too, to tell a new store from
+// one kept by an older version when it finds no identity record (HasMarks).
 package redisstore

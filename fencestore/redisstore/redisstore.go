@@ -57,6 +57,11 @@ type Options struct {
 	// DrainPoll is how often a Drain that nothing woke looks again (see
 	// flight.go). Zero means DefaultDrainPoll.
 	DrainPoll time.Duration
+	// IdentityCheck is how often a Cluster client's store reads its
+	// identity record once Expect was called (keeper.go: on a Cluster the
+	// admissions cannot check it themselves). Zero means
+	// DefaultIdentityCheck.
+	IdentityCheck time.Duration
 }
 
 // Store is a fencestore.Store in Redis.
@@ -67,6 +72,14 @@ type Store struct {
 	waitTimeout time.Duration
 	log         *zap.Logger
 	batch       *batcher // nil: one round trip per admission
+	cluster     bool     // a Cluster client: the identity is not checked in the script (keeper.go)
+
+	// The identity (keeper.go): expect is the record Expect named (nil
+	// before), seen the record last read on a Cluster.
+	expect        atomic.Pointer[string]
+	seen          atomic.Pointer[identitySeen]
+	identityEvery time.Duration
+	checkOnce     sync.Once
 
 	// The drain barrier (flight.go). channel carries the releases Drains
 	// wait for; entry ids are idPrefix and a count.
@@ -117,18 +130,25 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if poll <= 0 {
 		poll = DefaultDrainPoll
 	}
+	every := opts.IdentityCheck
+	if every <= 0 {
+		every = DefaultIdentityCheck
+	}
+	_, cluster := client.(*redis.ClusterClient)
 	s := &Store{
-		client:      client,
-		prefix:      opts.KeyPrefix,
-		minReplicas: opts.MinReplicas,
-		waitTimeout: wait,
-		log:         log.Named("redisstore"),
-		channel:     opts.KeyPrefix + "inflight",
-		pend:        &pendingReleases{max: maxPendingReleases},
-		idPrefix:    newFlightIDs(),
-		drainPoll:   poll,
-		listening:   make(chan struct{}),
-		done:        make(chan struct{}),
+		client:        client,
+		prefix:        opts.KeyPrefix,
+		minReplicas:   opts.MinReplicas,
+		waitTimeout:   wait,
+		log:           log.Named("redisstore"),
+		channel:       opts.KeyPrefix + "inflight",
+		pend:          &pendingReleases{max: maxPendingReleases},
+		idPrefix:      newFlightIDs(),
+		drainPoll:     poll,
+		cluster:       cluster,
+		listening:     make(chan struct{}),
+		identityEvery: every,
+		done:          make(chan struct{}),
 	}
 	s.checkClient()
 	if opts.MaxBatch >= 0 && opts.MinReplicas <= 0 {
@@ -177,11 +197,25 @@ func (s *Store) checkClient() {
 // refusal either, since a refusal reports the mark, and a mark the replicas do
 // not have (written by an admission whose own WAIT failed) can be lost in a
 // failover after a client was told of it.
+//
+// A floor (a.HasFloor) heals a regressed mark in the same script run (see
+// doc.go). Once Expect named an identity record, the same run checks it
+// (on a Cluster, the last reading of it does: keeper.go), and an admission
+// that finds it gone or changed fails with the *fencestore.LostError
+// itself, having written nothing.
 func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
 	key := s.prefix + a.Resource
+	if a.Resource == "" {
+		// Its key would be the identity record's.
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit: %w", errNoResource))
+	}
+	// On a Cluster the identity is the last one read (keeper.go).
+	if err := s.clusterLost(); err != nil {
+		return fencestore.Decision{}, err
+	}
 	fkey, sameSlot := flightKey(key)
 	fl := s.barrierArg(a)
 	switch {
@@ -195,14 +229,20 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		// and a Ring may send it where one of them is not.
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, errNoFlightSlot))
 	}
-	mode := "ge"
+	c := call{keys: [2]string{key, fkey}, tok: strconv.FormatUint(a.Token, 10), mode: "ge", fl: fl}
 	if a.Compare == fencestore.Greater {
-		mode = "gt"
+		c.mode = "gt"
 	}
-	tok := strconv.FormatUint(a.Token, 10)
-	seq := "" // the script's "no sequence"
 	if a.HasSequence {
-		seq = strconv.FormatUint(a.Sequence, 10)
+		c.seq = strconv.FormatUint(a.Sequence, 10) // else "", the script's "no sequence"
+	}
+	if a.HasFloor {
+		c.floor = string(a.Floor.AppendValue(nil))
+	}
+	// The script checks the identity itself, except on a Cluster, where
+	// the identity key is in a slot of its own.
+	if want := s.expect.Load(); want != nil && *want != "" && !s.cluster {
+		c.id = [2]string{s.prefix, *want}
 	}
 	var (
 		reply any
@@ -211,11 +251,11 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	)
 	switch {
 	case s.minReplicas > 0:
-		reply, wait, err = s.admitAndWait(ctx, key, fkey, tok, mode, seq, fl)
+		reply, wait, err = s.admitAndWait(ctx, c)
 	case s.batch != nil:
-		reply, err = s.batch.admit(ctx, key, fkey, tok, mode, seq, fl)
+		reply, err = s.batch.admit(ctx, c)
 	default:
-		reply, err = s.run(ctx, key, fkey, tok, mode, seq, fl)
+		reply, err = s.run(ctx, c)
 	}
 	if err != nil {
 		s.refreshSlots()
@@ -224,10 +264,20 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
-	d, err := parseReply(reply, a, fkey)
+	d, err := parseReply(reply, a, fkey, c.id[1])
+	if lost, ok := err.(*fencestore.LostError); ok {
+		// The script wrote nothing, and entered nothing in flight.
+		return fencestore.Decision{}, lost
+	}
 	if err != nil {
 		s.abandon(a, fkey, fl)
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+	}
+	// A loss the Cluster's check saw while the admission ran refuses it
+	// too.
+	if err := s.clusterLost(); err != nil {
+		s.Release(d.Flight)
+		return fencestore.Decision{}, err
 	}
 	if wait == nil {
 		return d, nil
@@ -248,31 +298,65 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	return d, nil
 }
 
-// run admits key (with fkey, its in-flight key) with one script run. On a
-// cluster it runs on the node client of the key's master, for the reason
-// execNodes gives: the ClusterClient's own Process re-sends a command after
-// a network error (up to MaxRedirects times, whatever MaxRetries says).
+// call is one admission as admit.lua takes it: its mark key and in-flight
+// key, its token, mode ("ge", "gt"), sequence, barrier and floor arguments
+// ("" for none), and the identity key and the identity the script expects
+// there (both "" for no check).
+type call struct {
+	keys                      [2]string
+	tok, mode, seq, fl, floor string
+	id                        [2]string
+}
+
+// script returns the keys and arguments of one run of admit.lua for cs,
+// which share their identity check (cs[0]'s), with "w" when w.
+func script[T interface{ callOf() *call }](cs []T, w bool) ([]string, []any) {
+	keys := make([]string, 0, 2*len(cs)+1)
+	args := make([]any, 0, 5*len(cs)+2)
+	for _, x := range cs {
+		c := x.callOf()
+		keys = append(keys, c.keys[0], c.keys[1])
+		args = append(args, c.tok, c.mode, c.seq, c.fl, c.floor)
+	}
+	if w {
+		args = append(args, "w")
+	}
+	if len(cs) > 0 {
+		if id := cs[0].callOf().id; id[1] != "" {
+			keys, args = append(keys, id[0]), append(args, id[1])
+		}
+	}
+	return keys, args
+}
+
+func (c *call) callOf() *call { return c }
+
+// run admits c with one script run. On a cluster it runs on the node
+// client of the key's master, for the reason execNodes gives: the
+// ClusterClient's own Process re-sends a command after a network error (up
+// to MaxRedirects times, whatever MaxRetries says).
 //
-// The releases of fkey still pending go ahead of it in one pipeline, so
-// that a release made before the admission runs before it.
-func (s *Store) run(ctx context.Context, key, fkey, tok, mode, seq, fl string) (any, error) {
-	var c scriptPipeliner = s.client
+// The releases of its in-flight key still pending go ahead of it in one
+// pipeline, so that a release made before the admission runs before it.
+func (s *Store) run(ctx context.Context, c call) (any, error) {
+	var p scriptPipeliner = s.client
 	if cluster, ok := s.client.(*redis.ClusterClient); ok {
-		node, err := cluster.MasterForKey(ctx, key)
+		node, err := cluster.MasterForKey(ctx, c.keys[0])
 		if err != nil {
 			return nil, err
 		}
-		c = node
+		p = node
 	}
 	var rels []release
-	if fl != "" {
-		rels = s.pend.forKey(nil, fkey)
+	if c.fl != "" {
+		rels = s.pend.forKey(nil, c.keys[1])
 	}
 	if len(rels) == 0 {
-		return admitScript.Run(ctx, c, []string{key, fkey}, tok, mode, seq, fl).Result()
+		keys, args := script([]*call{&c}, false)
+		return admitScript.Run(ctx, p, keys, args...).Result()
 	}
-	a := &admission{keys: [2]string{key, fkey}, tok: tok, mode: mode, seq: seq, fl: fl}
-	pipelineScripts(ctx, c, s.channel, []*admission{a}, rels, nil, s.releaseFailed)
+	a := &admission{call: c}
+	pipelineScripts(ctx, p, s.channel, []*admission{a}, rels, nil, s.releaseFailed)
 	return a.reply, a.err
 }
 
@@ -297,17 +381,18 @@ func (s *Store) refreshSlots() {
 // connection. The script always writes ("w"), so the count also covers a mark
 // that an equal token relied on, or a refusal reported, and another
 // connection wrote.
-func (s *Store) admitAndWait(ctx context.Context, key, fkey, tok, mode, seq, fl string) (any, *redis.IntCmd, error) {
-	keys := []string{key, fkey}
+func (s *Store) admitAndWait(ctx context.Context, c call) (any, *redis.IntCmd, error) {
+	keys, args := script([]*call{&c}, true)
+	key, fkey := c.keys[0], c.keys[1]
 	node, err := s.nodeFor(ctx, key)
 	if err != nil {
 		return nil, nil, err
 	}
-	var script *redis.Cmd
+	var cmd *redis.Cmd
 	var wait *redis.IntCmd
 	// The releases of fkey still pending go first (run says why).
 	var rels []release
-	if fl != "" {
+	if c.fl != "" {
 		rels = s.pend.forKey(nil, fkey)
 	}
 	relCmds := make([]*redis.Cmd, len(rels))
@@ -321,9 +406,9 @@ func (s *Store) admitAndWait(ctx context.Context, key, fkey, tok, mode, seq, fl 
 			}
 		}
 		if eval {
-			script = admitScript.Eval(ctx, pipe, keys, tok, mode, seq, fl, "w")
+			cmd = admitScript.Eval(ctx, pipe, keys, args...)
 		} else {
-			script = admitScript.EvalSha(ctx, pipe, keys, tok, mode, seq, fl, "w")
+			cmd = admitScript.EvalSha(ctx, pipe, keys, args...)
 		}
 		// Pipeliner lacks Wait; this is the command Client.Wait builds.
 		wait = redis.NewIntCmd(ctx, "wait", s.minReplicas, s.waitTimeout.Milliseconds())
@@ -332,17 +417,17 @@ func (s *Store) admitAndWait(ctx context.Context, key, fkey, tok, mode, seq, fl 
 		_, _ = pipe.Exec(ctx)
 		// NOSCRIPT means the script did not run, so running it again is
 		// safe. EVAL also caches it, so EVALSHA works next time.
-		if !eval && isNoScript(script.Err()) {
+		if !eval && isNoScript(cmd.Err()) {
 			continue
 		}
 		break
 	}
-	reply, err := script.Result()
+	reply, err := cmd.Result()
 	// A release that met NOSCRIPT did not run ahead of the admission: it
 	// runs now, and the admission looks again (recheck).
 	var late map[string]bool
-	for i, c := range relCmds {
-		if isNoScript(c.Err()) {
+	for i, rc := range relCmds {
+		if isNoScript(rc.Err()) {
 			if err := releaseScript.Run(ctx, node, []string{rels[i].key}, rels[i].member, s.channel).Err(); err != nil {
 				s.releaseFailed(rels[i].key, err)
 			}
@@ -350,7 +435,7 @@ func (s *Store) admitAndWait(ctx context.Context, key, fkey, tok, mode, seq, fl 
 		}
 	}
 	if err == nil && late != nil {
-		a := &admission{keys: [2]string{key, fkey}, fl: fl, reply: reply}
+		a := &admission{call: c, reply: reply}
 		recheck(ctx, node, []*admission{a}, late)
 	}
 	return reply, wait, err
@@ -392,23 +477,33 @@ var (
 	_ pipeliner      = (*redis.Client)(nil)
 )
 
-// parseReply reads the script's {admitted, mark, member, older, expired}
-// reply for a, whose in-flight key is fkey, and rejects one that the script
-// cannot have produced for it: a stale mark reported for an admission, say,
-// would forward a request on a wrong answer. An admission must report a's
-// own pair as the mark, or, for an equal token without a sequence under >=,
-// that token's unchanged mark; a refusal must report a mark that a.Decide
-// refuses. An admission with a barrier must report an entry of its own
-// order, and anything else none.
-func parseReply(reply any, a fencestore.Admission, fkey string) (fencestore.Decision, error) {
+// parseReply reads the script's {flag, mark, member, older, expired,
+// regressed} reply for a, whose in-flight key is fkey and whose run checked
+// the identity want ("" for none), and rejects one that the script cannot
+// have produced for it: a stale mark reported for an admission, say, would
+// forward a request on a wrong answer. A regressed decision must be the one
+// a.Decide takes against a's floor, exactly. Otherwise an admission must
+// report a's own pair as the mark, or, for an equal token without a sequence
+// under >=, that token's unchanged mark; a refusal must report a mark that
+// a.Decide refuses; and with a floor no mark below it. An admission with a
+// barrier must report an entry of its own order, and anything else none.
+// A run that found another identity than want gives a *fencestore.LostError.
+func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestore.Decision, error) {
 	r, ok := reply.([]any)
-	if !ok || len(r) != 5 {
+	if !ok || len(r) != 6 {
 		return fencestore.Decision{}, fmt.Errorf("unexpected reply %#v", reply)
 	}
 	flag, ok := r[0].(int64)
 	if ok && flag == -1 {
 		msg, _ := r[1].(string)
 		return fencestore.Decision{}, errors.New(msg)
+	}
+	if ok && flag == -2 {
+		found, ok := r[1].(string)
+		if !ok || want == "" || found == want {
+			return fencestore.Decision{}, fmt.Errorf("unexpected identity reply %#v (expecting %q)", r[1], want)
+		}
+		return fencestore.Decision{}, &fencestore.LostError{Want: want, Found: found}
 	}
 	if !ok || (flag != 0 && flag != 1) {
 		return fencestore.Decision{}, fmt.Errorf("unexpected admitted flag %#v", r[0])
@@ -421,21 +516,38 @@ func parseReply(reply any, a fencestore.Admission, fkey string) (fencestore.Deci
 	if !ok {
 		return fencestore.Decision{}, fmt.Errorf("mark %q is not a canonical token[:sequence]", text)
 	}
-	d := fencestore.Decision{Admitted: flag == 1, Mark: m.Token, Sequence: m.Sequence, HasSequence: m.HasSequence}
-	if d.Admitted {
+	regressed, ok := r[5].(int64)
+	if !ok || (regressed != 0 && regressed != 1) || (regressed == 1 && !a.HasFloor) {
+		return fencestore.Decision{}, fmt.Errorf("unexpected regressed flag %#v", r[5])
+	}
+	d := fencestore.Decision{Admitted: flag == 1, Mark: m.Token, Sequence: m.Sequence, HasSequence: m.HasSequence, Regressed: regressed == 1}
+	switch {
+	case d.Regressed:
+		// Decided against the floor: Decide without a mark says how.
+		want, next, _ := a.Decide(fencestore.Mark{}, false)
+		if d.Admitted != want.Admitted || m != next {
+			return fencestore.Decision{}, fmt.Errorf("%s over a regressed mark (floor %s) decided %v with mark %q",
+				admissionText(a), markText(a.Floor), d.Admitted, text)
+		}
+	case a.HasFloor && m.Before(a.Floor):
+		return fencestore.Decision{}, fmt.Errorf("%s reported mark %q below its floor %s, not as regressed",
+			admissionText(a), text, markText(a.Floor))
+	case d.Admitted:
 		own := m == fencestore.Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
 		unchanged := !a.HasSequence && a.Compare == fencestore.AtLeast && m.Token == a.Token
 		if !own && !unchanged {
 			return fencestore.Decision{}, fmt.Errorf("%s admitted with mark %q", admissionText(a), text)
 		}
-	} else if refused, _, _ := a.Decide(m, true); refused.Admitted {
-		return fencestore.Decision{}, fmt.Errorf("%s refused by mark %q, which admits it", admissionText(a), text)
+	default:
+		if refused, _, _ := a.Decide(m, true); refused.Admitted {
+			return fencestore.Decision{}, fmt.Errorf("%s refused by mark %q, which admits it", admissionText(a), text)
+		}
 	}
 	member, ok1 := r[2].(string)
 	older, ok2 := r[3].(int64)
 	expired, ok3 := r[4].(int64)
 	if !ok1 || !ok2 || !ok3 || (older != 0 && older != 1) || expired < 0 {
-		return fencestore.Decision{}, fmt.Errorf("unexpected in-flight reply %#v", r[2:])
+		return fencestore.Decision{}, fmt.Errorf("unexpected in-flight reply %#v", r[2:5])
 	}
 	if !d.Admitted || a.Flight <= 0 {
 		if member != "" || older != 0 || expired != 0 {
@@ -452,9 +564,10 @@ func parseReply(reply any, a fencestore.Admission, fkey string) (fencestore.Deci
 }
 
 // admissionText spells a's token and sequence as the script's mark would.
-func admissionText(a fencestore.Admission) string {
-	return string(fencestore.Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}.AppendValue(nil))
-}
+func admissionText(a fencestore.Admission) string { return markText(a.Order()) }
+
+// markText spells m as it is stored.
+func markText(m fencestore.Mark) string { return string(m.AppendValue(nil)) }
 
 // Mark reads resource's mark with GET and returns its token: the sequence of
 // a "token:sequence" mark is not part of the answer.
@@ -477,7 +590,10 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	return m.Token, true, nil
 }
 
-// Ping sends PING.
+// Ping sends PING and, once Expect named an identity record, reads it (on
+// every live shard of a Ring): one gone or changed is a
+// *fencestore.LostError. On a Cluster that reading is also what admissions
+// go by (keeper.go).
 func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Unavailable(err)
@@ -485,7 +601,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		return fencestore.Unavailable(fmt.Errorf("redisstore: ping: %w", err))
 	}
-	return nil
+	return s.pingIdentity(ctx)
 }
 
 // Close closes the client. Closing twice is harmless. The releases still

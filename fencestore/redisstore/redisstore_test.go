@@ -475,35 +475,44 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 	ctx := t.Context()
 	one := []string{"args", "{args}:inflight"}
 	for _, args := range [][]any{
-		{"abc", "ge", "", ""}, {"007", "ge", "", ""}, {"", "gt", "", ""}, {"18446744073709551616", "gt", "", ""}, {"-1", "ge", "", ""},
-		{"5", "xx", "", ""}, {"5", "", "", ""}, {"5", "GE", "", ""},
-		{"5", "ge", "007", ""}, {"5", "ge", "-1", ""}, {"5", "ge", " 1", ""}, {"5", "ge", "1.5", ""}, {"5", "ge", "x", ""},
-		{"5", "ge", "18446744073709551616", ""}, {"5", "ge", "1:2", ""}, {"5", "ge", "w", ""},
+		{"abc", "ge", "", "", ""}, {"007", "ge", "", "", ""}, {"", "gt", "", "", ""}, {"18446744073709551616", "gt", "", "", ""}, {"-1", "ge", "", "", ""},
+		{"5", "xx", "", "", ""}, {"5", "", "", "", ""}, {"5", "GE", "", "", ""},
+		{"5", "ge", "007", "", ""}, {"5", "ge", "-1", "", ""}, {"5", "ge", " 1", "", ""}, {"5", "ge", "1.5", "", ""}, {"5", "ge", "x", "", ""},
+		{"5", "ge", "18446744073709551616", "", ""}, {"5", "ge", "1:2", "", ""}, {"5", "ge", "w", "", ""},
 		// The barrier: "" or "<timeout_ms> <id>", at most 12 digits.
-		{"5", "ge", "", "x"}, {"5", "ge", "", "0 a"}, {"5", "ge", "", "1000"}, {"5", "ge", "", "1000 "},
-		{"5", "ge", "", "01000 a"}, {"5", "ge", "", "1000000000000 a"}, {"5", "ge", "", "1000 a b"},
-		{"5", "ge", "", "1000 a:b"}, {"5", "ge", "", "-1 a"}, {"5", "ge", "", " 1000 a"}, {"5", "ge", "", "1.5 a"},
-		{"5", "ge", "", "", "x"}, {"5", "ge", "", "", "w", "w"},
-		{"5", "ge", ""}, {"5", "ge", "", "w"}, {"5", "ge"}, {"5", "ge", "w"}, // the forms of old
+		{"5", "ge", "", "x", ""}, {"5", "ge", "", "0 a", ""}, {"5", "ge", "", "1000", ""}, {"5", "ge", "", "1000 ", ""},
+		{"5", "ge", "", "01000 a", ""}, {"5", "ge", "", "1000000000000 a", ""}, {"5", "ge", "", "1000 a b", ""},
+		{"5", "ge", "", "1000 a:b", ""}, {"5", "ge", "", "-1 a", ""}, {"5", "ge", "", " 1000 a", ""}, {"5", "ge", "", "1.5 a", ""},
+		// The floor: "" or a mark as stored.
+		{"5", "ge", "", "", "x"}, {"5", "ge", "", "", "007"}, {"5", "ge", "", "", "5:"}, {"5", "ge", "", "", ":5"},
+		{"5", "ge", "", "", "5:07"}, {"5", "ge", "", "", "1:2:3"}, {"5", "ge", "", "", "18446744073709551616"}, {"5", "ge", "", "", "w"},
+		{"5", "ge", "", "", "", "x"}, {"5", "ge", "", "", "", "w", "w"},
+		{"5", "ge", "", ""}, {"5", "ge", "", "", "w"}, {"5", "ge", ""}, {"5", "ge", "", "w"}, {"5", "ge"}, // the forms of old
 		{"5"}, {},
 	} {
 		if err := c.Eval(ctx, string(src), one, args...).Err(); err == nil {
 			t.Errorf("EVAL admit.lua %q: no error", args)
 		}
 	}
-	// A mark key without its in-flight key, or three keys.
-	if err := c.Eval(ctx, string(src), []string{"args"}, "5", "ge", "", "").Err(); err == nil {
+	// A mark key alone (taken for the identity key), two pairs and an
+	// identity key without the identity expected.
+	if err := c.Eval(ctx, string(src), []string{"args"}, "5", "ge", "", "", "", "id").Err(); err == nil {
 		t.Errorf("EVAL admit.lua with one key: no error")
 	}
-	if err := c.Eval(ctx, string(src), []string{"args", "{args}:inflight", "args2"}, "5", "ge", "", "", "6", "ge", "", "").Err(); err == nil {
-		t.Errorf("EVAL admit.lua with three keys: no error")
+	for _, args := range [][]any{
+		{"5", "ge", "", "", "", "6", "ge", "", "", ""}, {"5", "ge", "", "", "", "6", "ge", "", "", "", ""},
+		{"5", "ge", "", "", "", "6", "ge", "", "", "", "w", ""}, {"5", "ge", "", "", "", "6", "ge", "", "", "", "x", "id"},
+	} {
+		if err := c.Eval(ctx, string(src), []string{"args", "{args}:inflight", "args2", "{args2}:inflight", "fence:"}, args...).Err(); err == nil {
+			t.Errorf("EVAL admit.lua with an identity key and %q: no error", args)
+		}
 	}
 	// A batch with one bad argument writes none of its keys.
 	two := []string{"args", "{args}:inflight", "args2", "{args2}:inflight"}
 	for _, args := range [][]any{
-		{"5", "ge", "", "", "6", "gt", ""}, {"5", "ge", "", "", "6", "gt", "", "", "7"}, {"5", "ge", "", "", "007", "gt", "", ""},
-		{"5", "ge", "", "", "6", "xx", "", ""}, {"5", "ge", "1", "", "6", "gt", "01", ""}, {"5", "ge", "", "", "6", "gt", "", "", "x"},
-		{"5", "ge", "", "1000 a", "6", "gt", "", "1000"},
+		{"5", "ge", "", "", "", "6", "gt", "", ""}, {"5", "ge", "", "", "", "6", "gt", "", "", "", "7"}, {"5", "ge", "", "", "", "007", "gt", "", "", ""},
+		{"5", "ge", "", "", "", "6", "xx", "", "", ""}, {"5", "ge", "1", "", "", "6", "gt", "01", "", ""}, {"5", "ge", "", "", "", "6", "gt", "", "", "", "x"},
+		{"5", "ge", "", "1000 a", "", "6", "gt", "", "1000", ""}, {"5", "ge", "", "", "4", "6", "gt", "", "", "4:"},
 	} {
 		if err := c.Eval(ctx, string(src), two, args...).Err(); err == nil {
 			t.Errorf("EVAL admit.lua (2 admissions) %q: no error", args)
@@ -515,9 +524,10 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 }
 
 // evalMarks runs admit.lua with a mark key and (token, mode, sequence) per
-// admission (and optionally "w"), without the barrier: it adds each in-flight
-// key and an empty barrier argument, checks that no admission entered the
-// barrier, and returns the {flag, mark} pairs.
+// admission (and optionally "w"), without the barrier or a floor: it adds
+// each in-flight key and empty barrier and floor arguments, checks that no
+// admission entered the barrier or regressed, and returns the {flag, mark}
+// pairs.
 func evalMarks(t *testing.T, c *redis.Client, src string, marks []string, args ...any) ([]any, error) {
 	t.Helper()
 	var keys []string
@@ -525,22 +535,22 @@ func evalMarks(t *testing.T, c *redis.Client, src string, marks []string, args .
 	for i, m := range marks {
 		keys = append(keys, m, "{"+m+"}:inflight")
 		all = append(all, args[3*i:3*i+3]...)
-		all = append(all, "")
+		all = append(all, "", "") // no barrier, no floor
 	}
 	all = append(all, args[3*len(marks):]...)
 	r, err := c.Eval(t.Context(), src, keys, all...).Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(r) != 5*len(marks) {
+	if len(r) != 6*len(marks) {
 		t.Fatalf("admit.lua: %d admissions, %d replies: %v", len(marks), len(r), r)
 	}
 	var out []any
 	for i := range marks {
-		if fl := fmt.Sprint(r[5*i+2 : 5*i+5]); fl != "[ 0 0]" {
-			t.Errorf("admit.lua entered %s in flight without a barrier: %s", marks[i], fl)
+		if fl := fmt.Sprint(r[6*i+2 : 6*i+6]); fl != "[ 0 0 0]" {
+			t.Errorf("admit.lua entered %s in flight, or regressed it, without a barrier or a floor: %s", marks[i], fl)
 		}
-		out = append(out, r[5*i], r[5*i+1])
+		out = append(out, r[6*i], r[6*i+1])
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -74,9 +75,9 @@ func TestParseReply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The marks' part of the reply; no barrier: no entry.
 			if r, ok := tc.reply.([]any); ok && len(r) == 2 {
-				tc.reply = append(r, "", int64(0), int64(0))
+				tc.reply = append(r, "", int64(0), int64(0), int64(0))
 			}
-			d, err := parseReply(tc.reply, tc.a, "{r}:inflight")
+			d, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
 			if (err == nil) != tc.ok || d != tc.want {
 				t.Errorf("parseReply(%#v, %+v) = %+v, %v; want %+v, ok=%t", tc.reply, tc.a, d, err, tc.want, tc.ok)
 			}
@@ -120,7 +121,7 @@ func TestParseReplyBarrier(t *testing.T) {
 		{"refused, no entry", []any{int64(0), "43", "", int64(0), int64(0)}, flying, fencestore.Flight{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := parseReply(tc.reply, tc.a, fkey)
+			d, err := parseReply(append(tc.reply, int64(0)), tc.a, fkey, "")
 			if (err == nil) != tc.ok || d.Flight != tc.want {
 				t.Errorf("parseReply(%#v) = %+v, %v; want flight %+v, ok=%t", tc.reply, d.Flight, err, tc.want, tc.ok)
 			}
@@ -135,5 +136,87 @@ func TestWaitTimeoutNeverZero(t *testing.T) {
 		if got := s.waitTimeout.Milliseconds(); got != want {
 			t.Errorf("WaitTimeout %dns -> WAIT %dms, want %dms", in, got, want)
 		}
+	}
+}
+
+func TestParseReplyFloor(t *testing.T) {
+	floor := fencestore.Mark{Token: 10}
+	seqFloor := fencestore.Mark{Token: 7, Sequence: 4, HasSequence: true}
+	with := func(a fencestore.Admission, f fencestore.Mark) fencestore.Admission {
+		a.Floor, a.HasFloor = f, true
+		return a
+	}
+	plain := func(token uint64, cmp fencestore.Compare) fencestore.Admission {
+		return fencestore.Admission{Resource: "r", Token: token, Compare: cmp}
+	}
+	seq := func(token, seq uint64) fencestore.Admission {
+		return fencestore.Admission{Resource: "r", Token: token, Sequence: seq, HasSequence: true}
+	}
+	reply := func(flag int64, mark string, regressed int64) []any {
+		return []any{flag, mark, "", int64(0), int64(0), regressed}
+	}
+	for _, tc := range []struct {
+		name  string
+		reply []any
+		a     fencestore.Admission
+		want  fencestore.Decision
+		ok    bool
+	}{
+		{"refused by the floor", reply(0, "10", 1), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{Mark: 10, Regressed: true}, true},
+		{"equal to the floor under >=", reply(1, "10", 1), with(plain(10, fencestore.AtLeast), floor), fencestore.Decision{Admitted: true, Mark: 10, Regressed: true}, true},
+		{"above the floor", reply(1, "11", 1), with(plain(11, fencestore.Greater), floor), fencestore.Decision{Admitted: true, Mark: 11, Regressed: true}, true},
+		{"stale sequence by the floor", reply(0, "7:4", 1), with(seq(7, 3), seqFloor),
+			fencestore.Decision{Mark: 7, Sequence: 4, HasSequence: true, Regressed: true}, true},
+		{"not regressed, at the floor", reply(0, "10", 0), with(plain(9, fencestore.AtLeast), floor), fencestore.Decision{Mark: 10}, true},
+		{"not regressed, above it", reply(0, "12", 0), with(plain(9, fencestore.AtLeast), floor), fencestore.Decision{Mark: 12}, true},
+		// Replies the script cannot have given.
+		{"regressed without a floor", reply(0, "10", 1), plain(5, fencestore.AtLeast), fencestore.Decision{}, false},
+		{"regressed, admitted below the floor", reply(1, "5", 1), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"regressed, refused with another mark", reply(0, "12", 1), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"regressed, refused though the floor admits", reply(0, "10", 1), with(plain(11, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"refused below the floor", reply(0, "6", 0), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"admitted below the floor", reply(1, "5", 0), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"regressed 2", reply(0, "10", 2), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"regressed a string", []any{int64(0), "10", "", int64(0), int64(0), "1"}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"five values", []any{int64(0), "10", "", int64(0), int64(0)}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
+			if (err == nil) != tc.ok || d != tc.want {
+				t.Errorf("parseReply(%#v, %+v) = %+v, %v; want %+v, ok=%t", tc.reply, tc.a, d, err, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestParseReplyLost(t *testing.T) {
+	a := fencestore.Admission{Resource: "r", Token: 5}
+	lost := func(found any) []any { return []any{int64(-2), found, "", int64(0), int64(0), int64(0)} }
+	for _, tc := range []struct {
+		name  string
+		reply []any
+		want  string // the identity the run checked
+		found string
+		ok    bool // a *LostError
+	}{
+		{"gone", lost(""), "id1", "", true},
+		{"changed", lost("id2"), "id1", "id2", true},
+		{"the same", lost("id1"), "id1", "", false},
+		{"no check", lost(""), "", "", false},
+		{"not a string", lost(int64(1)), "id1", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseReply(tc.reply, a, "{r}:inflight", tc.want)
+			var le *fencestore.LostError
+			if got := errors.As(err, &le); got != tc.ok {
+				t.Fatalf("parseReply(%#v) = %v; want a *LostError: %t", tc.reply, err, tc.ok)
+			}
+			if tc.ok && (le.Want != tc.want || le.Found != tc.found) {
+				t.Errorf("LostError %+v, want Want %q Found %q", le, tc.want, tc.found)
+			}
+			if err == nil {
+				t.Errorf("no error")
+			}
+		})
 	}
 }
