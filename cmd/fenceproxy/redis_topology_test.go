@@ -146,11 +146,12 @@ func wantNoEvictionAdvice(t *testing.T, p *program) {
 // FENCE_KEY_PREFIX only. The drain barrier adds the in-flight keys beside
 // the marks ({fence:<resource>}:inflight), the commands its scripts call on
 // them (ZADD, ZREM, ZRANGEBYLEX, PTTL, PEXPIRE, TIME) and its notification
-// channel (PUBLISH, SUBSCRIBE on fence:inflight). A cluster client also needs
+// channel (PUBLISH, SUBSCRIBE on fence:inflight). SCAN finds whether a store
+// without an identity record holds marks (at start). A cluster client also needs
 // CLUSTER SLOTS and COMMAND (see TestRedisCluster).
 var fenceACL = []any{"~fence:*", "~{fence:*", "resetchannels", "&fence:inflight", "-@all",
 	"+ping", "+evalsha", "+eval", "+get", "+set", "+wait", "+config|get", "+info",
-	"+zadd", "+zrem", "+zrangebylex", "+pttl", "+pexpire", "+time", "+publish", "+subscribe"}
+	"+zadd", "+zrem", "+zrangebylex", "+pttl", "+pexpire", "+time", "+publish", "+subscribe", "+scan"}
 
 // addFenceUser creates the ACL user fence/secret with fenceACL and extra on
 // the server at addr (as the default user).
