@@ -50,7 +50,9 @@ func TestBrokenSystemsFail(t *testing.T) {
 		{"memory", "load", []string{"stale_admissions", "unfenced_forwards", "regressions"}, nil},
 		// Refused requests also reach the upstream by another path.
 		{"bypass", "load", []string{"unfenced_forwards"}, []string{"stale_admissions", "regressions"}},
-		// Redis without AOF, killed: every mark is lost.
+		// Redis without AOF, killed, and both replicas restarted with it:
+		// every mark is lost, and no replica remembers the store's identity
+		// or a mark (a replica that kept running answers 503 store-lost).
 		{"nopersist", "redis-kill", []string{"regressions", "lost_marks"}, nil},
 		// The proxies without the drain barrier: the streamed older write
 		// lands after the newer one, which the suite judges as it would

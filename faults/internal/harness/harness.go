@@ -29,7 +29,8 @@ type Options struct {
 	// Break starts a deliberately broken system, to show that the checks
 	// can fail: "memory" (each replica its own FENCE_STORE=memory), "bypass"
 	// (some refused requests also go straight to the upstream),
-	// "nopersist" (Redis without AOF), "nodrain" (the proxies run with
+	// "nopersist" (Redis without AOF, killed, and every replica restarted
+	// with it: the loss no replica can notice), "nodrain" (the proxies run with
 	// FENCE_DRAIN=off while the order figures stay fatal). Empty for a real
 	// run.
 	Break string

@@ -54,6 +54,20 @@ func redisKill(ctx context.Context, e *env) error {
 		if err := e.master.Restart(); err != nil {
 			return err
 		}
+		if e.opts.Break == "nopersist" {
+			// The one loss fenceproxy cannot notice: the store wiped and
+			// every replica restarted with it, so no replica remembers the
+			// identity record or a mark. (A replica that kept running would
+			// refuse everything with 503 store-lost instead.)
+			for _, r := range e.proxies {
+				if err := r.Kill(); err != nil {
+					return err
+				}
+				if err := r.Restart(); err != nil {
+					return err
+				}
+			}
+		}
 		e.fault(start, -1)
 		e.logf("SIGKILL redis-server pid %d, restarted as pid %d", pid, e.master.Pid())
 	}
