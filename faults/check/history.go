@@ -54,8 +54,11 @@ type Op struct {
 	Outcome  Outcome
 	Mark     uint64 // Admitted: Token; Stale: the reported mark; Read: the value
 	Status   int    // HTTP status, 0 when there was none
-	Call     int64
-	Return   int64
+	// Problem is the problem type of a refusal the proxy answered with
+	// (urn:fenceproxy:store-lost, ...), "" otherwise.
+	Problem string
+	Call    int64
+	Return  int64
 }
 
 // Refused reports whether the proxy answered the operation with a refusal of

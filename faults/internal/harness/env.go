@@ -90,6 +90,12 @@ type scenario struct {
 	// hold, when set, makes the upstream hold some requests (a slow
 	// upstream); it is installed before the load starts.
 	hold func() time.Duration
+	// redisArgs, when set, replace the persistence settings of the single
+	// Redis (aofArgs).
+	redisArgs []string
+	// healed: scrape fenceproxy_mark_regressions_total at the end (the
+	// healed= field).
+	healed bool
 }
 
 // window is an interval in which a fault was active; replica is the proxy
@@ -142,6 +148,10 @@ type env struct {
 	// probeProblems and probeViolations what they found wrong.
 	probes                         []expiryProbe
 	probeProblems, probeViolations []string
+	// loss is what a store-loss scenario recorded; healed the replicas'
+	// fenceproxy_mark_regressions_total at the end (-1: not scraped).
+	loss   *storeLoss
+	healed float64
 }
 
 type checkpoint struct {
@@ -206,7 +216,11 @@ func (e *env) setup() error {
 	}
 	switch e.sc.topo {
 	case single:
-		if e.master, err = e.h.startRedis("redis", e.aofArgs()...); err != nil {
+		args := e.aofArgs()
+		if e.sc.redisArgs != nil {
+			args = e.sc.redisArgs
+		}
+		if e.master, err = e.h.startRedis("redis", args...); err != nil {
 			return err
 		}
 		addr := e.master.Addr()

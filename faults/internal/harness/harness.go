@@ -31,8 +31,9 @@ type Options struct {
 	// (some refused requests also go straight to the upstream),
 	// "nopersist" (Redis without AOF, killed, and every replica restarted
 	// with it: the loss no replica can notice), "nodrain" (the proxies run with
-	// FENCE_DRAIN=off while the order figures stay fatal). Empty for a real
-	// run.
+	// FENCE_DRAIN=off while the order figures stay fatal), "noraise" (in
+	// the store-loss scenarios the operator forces the identity record
+	// without raising the marks first). Empty for a real run.
 	Break string
 	// Dir is where the work directories go; os.TempDir() if empty.
 	Dir string
@@ -45,7 +46,7 @@ type Options struct {
 }
 
 // Breaks lists the valid Options.Break values.
-var Breaks = []string{"memory", "bypass", "nopersist", "nodrain"}
+var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "noraise"}
 
 // Result is one scenario's outcome.
 type Result struct {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -106,12 +107,17 @@ type load struct {
 	prefix   string // request id prefix
 	sources  []*tokenSource
 
+	// inflight holds, per worker, when its request in flight was sent
+	// (0: none): settled waits on it.
+	inflight []atomic.Int64
+
 	mu  sync.Mutex
 	ops []check.Op
 }
 
 func newLoad(cfg loadConfig, c clock, replicas []*Replica, upstream, prefix string) *load {
-	l := &load{cfg: cfg, clock: c, replicas: replicas, upstream: upstream, prefix: prefix}
+	l := &load{cfg: cfg, clock: c, replicas: replicas, upstream: upstream, prefix: prefix,
+		inflight: make([]atomic.Int64, cfg.Workers)}
 	for range cfg.Resources {
 		l.sources = append(l.sources, &tokenSource{newest: 1000})
 	}
@@ -165,12 +171,6 @@ func (l *load) worker(ctx context.Context, w int) {
 	}
 	direct := &http.Client{Timeout: clientTimeout}
 	defer direct.CloseIdleConnections()
-	var ops []check.Op
-	defer func() {
-		l.mu.Lock()
-		l.ops = append(l.ops, ops...)
-		l.mu.Unlock()
-	}()
 	// Worker 0 uses replica 0 only. The others pick a replica per request,
 	// so while one replica is frozen they all end up waiting on it; without
 	// a client that never does, whether the other replica kept serving
@@ -189,8 +189,14 @@ func (l *load) worker(ctx context.Context, w int) {
 			Token:    l.sources[res].pick(r, l.clock.now()),
 			Greater:  r.Float64() < l.cfg.PGreater,
 		}
+		l.inflight[w].Store(max(l.clock.now(), 1))
 		l.do(clients[op.Replica], &op)
-		ops = append(ops, op)
+		// Each operation joins the history as it completes, so that a
+		// scenario can read what was admitted while the load runs.
+		l.mu.Lock()
+		l.ops = append(l.ops, op)
+		l.mu.Unlock()
+		l.inflight[w].Store(0)
 		if op.Outcome == check.Stale && l.cfg.Bypass > 0 && r.Float64() < l.cfg.Bypass {
 			l.bypass(direct, &op)
 		}
@@ -245,7 +251,7 @@ func setOutcome(op *check.Op, resp *http.Response, err error) {
 			op.Outcome = check.Failed
 		}
 	case errors.As(err, &pe):
-		op.Status = pe.Status
+		op.Status, op.Problem = pe.Status, pe.Type
 		switch {
 		case pe.Status == 409 && pe.HasMark:
 			op.Outcome, op.Mark = check.Stale, pe.HighWaterMark
@@ -268,6 +274,31 @@ func (l *load) bypass(hc *http.Client, op *check.Op) {
 	if resp, err := hc.Do(req); err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
+	}
+}
+
+// settled waits until no request sent before t is still in flight (each
+// is in the history), for up to timeout.
+func (l *load) settled(ctx context.Context, t int64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		busy := 0
+		for i := range l.inflight {
+			if c := l.inflight[i].Load(); c != 0 && c <= t {
+				busy++
+			}
+		}
+		if busy == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d requests sent before the fault still in flight after %v", busy, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 

@@ -14,6 +14,11 @@ import (
 func scenarios(p params) []*scenario {
 	return []*scenario{
 		{name: "redis-kill", topo: single, inject: redisKill, expect: expectUnavailable(-1), fields: lostFields},
+		// The store forgets everything while the replicas run: they must
+		// refuse (503 store-lost) until the operator's restore.
+		{name: "redis-flush", topo: single, inject: redisFlush, expect: expectStoreLoss(false), fields: storeLossFields},
+		{name: "redis-restart-nopersist", topo: single, redisArgs: noPersistArgs, inject: redisRestartNoPersist,
+			expect: expectStoreLoss(true), fields: storeLossFields},
 		{name: "redis-pause", topo: single, inject: redisPause, expect: expectUnavailable(-1)},
 		{name: "proxy-kill", topo: single, inject: proxyKill, expect: expectOtherServes(true), fields: killedFields},
 		// The pause (2 s) outlasts the frozen replica's upstream deadline: the
@@ -27,7 +32,7 @@ func scenarios(p params) []*scenario {
 		{name: "slow-body", topo: single, workers: 4, upstreamTimeout: 5 * time.Second, inject: slowBody, judge: judgeSlowBody, fields: slowBodyFields},
 		{name: "slow-upstream", topo: single, upstreamTimeout: 5 * time.Second, inject: slowUpstream, hold: holdOneIn(holdEvery, holdMin, holdMax), fields: slowUpstreamFields, judge: judgeSlowUpstream},
 		{name: "sentinel-failover", topo: sentinelWait, inject: failover, expect: expectUnavailable(-1), fields: lostFields},
-		{name: "sentinel-failover-nowait", measure: true, topo: sentinelNoWait, inject: failover, fields: lostFields},
+		{name: "sentinel-failover-nowait", measure: true, topo: sentinelNoWait, inject: failover, fields: lostHealedFields, healed: true},
 		{name: "load", topo: single, workers: p.loadWorkers, inject: steadyLoad, measures: loadMeasures},
 		// The same load without the barrier: what it buys.
 		{name: "load-drain-off", topo: single, drainOff: true, workers: p.loadWorkers, inject: steadyLoad, fields: drainOffFields},
@@ -40,7 +45,7 @@ func scenarios(p params) []*scenario {
 func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts Options) Result {
 	t0 := time.Now()
 	res := Result{Name: sc.name, Measure: sc.measure, DrainOff: sc.drainOff}
-	e := &env{h: h, p: p, opts: opts, sc: sc, clock: clock{start: time.Now()}}
+	e := &env{h: h, p: p, opts: opts, sc: sc, clock: clock{start: time.Now()}, healed: -1}
 	defer e.teardown()
 	finish := func(ops []check.Op) Result {
 		res.Duration = time.Since(t0).Round(100 * time.Millisecond)
@@ -104,6 +109,14 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 		}
 	}
 
+	if sc.healed {
+		if v, err := e.healedMarks(); err == nil {
+			e.healed = v
+		} else {
+			res.Problems = append(res.Problems, "healed: "+err.Error())
+		}
+	}
+
 	ops := e.ld.history()
 	e.mu.Lock()
 	ops = append(ops, e.extra...)
@@ -111,6 +124,7 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 	if e.rd != nil {
 		ops = append(ops, e.rd.history()...)
 	}
+	ops = e.dropLossReads(ops)
 	timeout := p.checkTimeout
 	if sc.measure {
 		// A history known to be unsafe: proving it non-linearizable can
