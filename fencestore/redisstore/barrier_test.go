@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -125,14 +124,7 @@ func TestScriptReleasePublishes(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ctx := t.Context()
-	admit, err := os.ReadFile("admit.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release, err := os.ReadFile("release.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	admit, release := redisstore.AdmitSource, redisstore.ReleaseSource
 	const key, fkey, channel = "res", "{res}:inflight", "ch"
 	ps := c.Subscribe(ctx, channel)
 	defer ps.Close()
@@ -141,7 +133,7 @@ func TestScriptReleasePublishes(t *testing.T) {
 	}
 	enter := func(token, seq, id string) string {
 		t.Helper()
-		r, err := c.Eval(ctx, string(admit), []string{key, fkey}, token, "ge", seq, "60000 "+id, "").Slice()
+		r, err := c.Eval(ctx, admit, []string{key, fkey}, token, "ge", seq, "60000 "+id, "").Slice()
 		if err != nil || len(r) != 6 || r[0] != int64(1) {
 			t.Fatalf("admit %s: %v, %v", token, r, err)
 		}
@@ -172,7 +164,7 @@ func TestScriptReleasePublishes(t *testing.T) {
 	}
 	rel := func(member string) int64 {
 		t.Helper()
-		n, err := c.Eval(ctx, string(release), []string{fkey}, member, channel).Int64()
+		n, err := c.Eval(ctx, release, []string{fkey}, member, channel).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,17 +27,6 @@ import (
 // message, a Ring shard it does not listen to, an older request whose
 // replica died and that only its deadline ends).
 
-//go:embed check.lua
-var checkSource string
-
-//go:embed release.lua
-var releaseSource string
-
-var (
-	checkScript   = redis.NewScript(checkSource)
-	releaseScript = redis.NewScript(releaseSource)
-)
-
 // DefaultDrainPoll is how often a waiting Drain looks again when nothing
 // woke it, when Options.DrainPoll is zero.
 const DefaultDrainPoll = 250 * time.Millisecond

@@ -41,17 +41,6 @@ var _ fencestore.Keeper = (*Store)(nil)
 // record once Expect was called, when Options.IdentityCheck is zero.
 const DefaultIdentityCheck = time.Second
 
-//go:embed raise.lua
-var raiseSource string
-
-//go:embed reset.lua
-var resetSource string
-
-var (
-	raiseScript = redis.NewScript(raiseSource)
-	resetScript = redis.NewScript(resetSource)
-)
-
 // errNoResource refuses an empty resource name: its key would be the
 // identity record's.
 var errNoResource = errors.New("empty resource name (the key prefix alone is the store's identity record)")

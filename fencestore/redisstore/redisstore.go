@@ -19,13 +19,6 @@ import (
 
 var _ fencestore.Store = (*Store)(nil)
 
-//go:embed admit.lua
-var admitSource string
-
-// admitScript is compiled once: its SHA-1, which EVALSHA names, is computed
-// here rather than per call.
-var admitScript = redis.NewScript(admitSource)
-
 // DefaultWaitTimeout is the WAIT bound when Options.WaitTimeout is zero, as
 // FENCE_REDIS_WAIT_TIMEOUT's default.
 const DefaultWaitTimeout = 100 * time.Millisecond

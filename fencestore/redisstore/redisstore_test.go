@@ -326,10 +326,7 @@ func TestScriptSequences(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ctx := t.Context()
-	src, err := os.ReadFile("admit.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := redisstore.AdmitSource
 	for key, v := range map[string]string{"bad1": "42:", "bad2": "42:07", "bad3": "42:7:1", "pair": "5:7"} {
 		if err := c.Set(ctx, key, v, 0).Err(); err != nil {
 			t.Fatal(err)
@@ -375,7 +372,7 @@ func TestScriptSequences(t *testing.T) {
 		args = append(args, st.token, st.mode, st.seq)
 		want = append(want, st.flag, st.mark)
 	}
-	got, err := evalMarks(t, c, string(src), keys, args...)
+	got, err := evalMarks(t, c, src, keys, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +389,7 @@ func TestScriptSequences(t *testing.T) {
 	// With "w" (for WAIT) every decided key is written: an equal token
 	// without a sequence, and a refusal, rewrite the pair, sequence and all.
 	sets := setCalls(t, c)
-	got, err = evalMarks(t, c, string(src), []string{"pair", "pair", "pair", "bad1"},
+	got, err = evalMarks(t, c, src, []string{"pair", "pair", "pair", "bad1"},
 		"6", "ge", "", "6", "ge", "0", "5", "gt", "", "1", "ge", "", "w")
 	if err != nil {
 		t.Fatal(err)
@@ -463,11 +460,12 @@ func TestCorruptMark(t *testing.T) {
 // TestScriptRejectsBadArguments runs admit.lua directly: a token, mode or
 // sequence the Go side would never send is an error reply, not a guess.
 func TestScriptRejectsBadArguments(t *testing.T) {
-	src, err := os.ReadFile("admit.lua")
+	file, err := os.ReadFile("admit.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first, _, _ := strings.Cut(string(src), "\n"); !strings.HasPrefix(first, "-- KEYS[") || !strings.Contains(first, "ARGV[1]") || !strings.Contains(first, "returns") {
+	src := redisstore.AdmitSource
+	if first, _, _ := strings.Cut(string(file), "\n"); !strings.HasPrefix(first, "-- KEYS[") || !strings.Contains(first, "ARGV[1]") || !strings.Contains(first, "returns") {
 		t.Errorf("admit.lua must open with its KEYS/ARGV/return header; first line: %q", first)
 	}
 	srv := redistest.Start(t)
@@ -490,20 +488,20 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		{"5", "ge", "", ""}, {"5", "ge", "", "", "w"}, {"5", "ge", ""}, {"5", "ge", "", "w"}, {"5", "ge"}, // the forms of old
 		{"5"}, {},
 	} {
-		if err := c.Eval(ctx, string(src), one, args...).Err(); err == nil {
+		if err := c.Eval(ctx, src, one, args...).Err(); err == nil {
 			t.Errorf("EVAL admit.lua %q: no error", args)
 		}
 	}
 	// A mark key alone (taken for the identity key), two pairs and an
 	// identity key without the identity expected.
-	if err := c.Eval(ctx, string(src), []string{"args"}, "5", "ge", "", "", "", "id").Err(); err == nil {
+	if err := c.Eval(ctx, src, []string{"args"}, "5", "ge", "", "", "", "id").Err(); err == nil {
 		t.Errorf("EVAL admit.lua with one key: no error")
 	}
 	for _, args := range [][]any{
 		{"5", "ge", "", "", "", "6", "ge", "", "", ""}, {"5", "ge", "", "", "", "6", "ge", "", "", "", ""},
 		{"5", "ge", "", "", "", "6", "ge", "", "", "", "w", ""}, {"5", "ge", "", "", "", "6", "ge", "", "", "", "x", "id"},
 	} {
-		if err := c.Eval(ctx, string(src), []string{"args", "{args}:inflight", "args2", "{args2}:inflight", "fence:"}, args...).Err(); err == nil {
+		if err := c.Eval(ctx, src, []string{"args", "{args}:inflight", "args2", "{args2}:inflight", "fence:"}, args...).Err(); err == nil {
 			t.Errorf("EVAL admit.lua with an identity key and %q: no error", args)
 		}
 	}
@@ -514,7 +512,7 @@ func TestScriptRejectsBadArguments(t *testing.T) {
 		{"5", "ge", "", "", "", "6", "xx", "", "", ""}, {"5", "ge", "1", "", "", "6", "gt", "01", "", ""}, {"5", "ge", "", "", "", "6", "gt", "", "", "", "x"},
 		{"5", "ge", "", "1000 a", "", "6", "gt", "", "1000", ""}, {"5", "ge", "", "", "4", "6", "gt", "", "", "4:"},
 	} {
-		if err := c.Eval(ctx, string(src), two, args...).Err(); err == nil {
+		if err := c.Eval(ctx, src, two, args...).Err(); err == nil {
 			t.Errorf("EVAL admit.lua (2 admissions) %q: no error", args)
 		}
 	}
@@ -565,11 +563,8 @@ func TestScriptBatch(t *testing.T) {
 	if err := c.Set(ctx, "bad", "007", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("admit.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := evalMarks(t, c, string(src), []string{"a", "a", "bad", "b", "a"},
+	src := redisstore.AdmitSource
+	got, err := evalMarks(t, c, src, []string{"a", "a", "bad", "b", "a"},
 		"5", "ge", "", "5", "gt", "", "9", "ge", "", "18446744073709551615", "gt", "", "4", "ge", "")
 	if err != nil {
 		t.Fatal(err)
@@ -590,10 +585,7 @@ func TestScriptForeignKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ctx := t.Context()
-	src, err := os.ReadFile("admit.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := redisstore.AdmitSource
 	if err := c.HSet(ctx, "hash", "f", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -608,7 +600,7 @@ func TestScriptForeignKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		args := append([]any{"5", "gt", "", "1", "ge", "", "7", "gt", "3", "1", "gt", "", "9", "ge", "", "1", "ge", "2", "4", "gt", ""}, w...)
-		got, err := evalMarks(t, c, string(src), []string{"a", "hash", "b", "list", "c", "set", "a"}, args...)
+		got, err := evalMarks(t, c, src, []string{"a", "hash", "b", "list", "c", "set", "a"}, args...)
 		if err != nil {
 			t.Fatalf("EVAL %v: %v; want a reply per key", args, err)
 		}

@@ -11,15 +11,6 @@
 -- deadline: the release of an admission whose reply was lost. A key of another type fails its own release only: every command
 -- goes through call.
 
--- call runs a command with redis.pcall: its reply, or nil and the error text.
-local function call(...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    return nil, r.err
-  end
-  return r
-end
-
 local n = #KEYS
 if #ARGV ~= n + 1 then
   return redis.error_reply('ERR fenceproxy: want a member per in-flight key, then the channel')

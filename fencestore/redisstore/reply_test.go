@@ -220,3 +220,7 @@ func TestParseReplyLost(t *testing.T) {
 		})
 	}
 }
+
+// The scripts as the store loads them (marks.lua in front), for the tests
+// of the external package that run them directly.
+var AdmitSource, ReleaseSource = admitSource, releaseSource
