@@ -69,7 +69,6 @@ type LocalFlights struct {
 	mu   sync.Mutex
 	res  map[string]*localFlights
 	next uint64
-	now  func() time.Time // tests replace it
 }
 
 type localFlights struct {
@@ -84,20 +83,13 @@ type localFlight struct {
 	deadline time.Time
 }
 
-func (l *LocalFlights) clock() time.Time {
-	if l.now != nil {
-		return l.now()
-	}
-	return time.Now()
-}
-
 // Begin registers a as in flight for a.Flight, before the store decides it.
 // It returns the zero Flight when a.Flight is not above zero.
 func (l *LocalFlights) Begin(a Admission) Flight {
 	if a.Flight <= 0 {
 		return Flight{}
 	}
-	deadline := l.clock().Add(a.Flight)
+	deadline := time.Now().Add(a.Flight)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.res == nil {
@@ -125,7 +117,7 @@ func (l *LocalFlights) Settle(f Flight, d Decision, err error) (Decision, error)
 		return d, err
 	}
 	l.mu.Lock()
-	older, expired, _ := l.scan(f, l.clock())
+	older, expired, _ := l.scan(f, time.Now())
 	l.mu.Unlock()
 	f.Older, f.Expired = older, expired
 	d.Flight = f
@@ -165,7 +157,7 @@ func (l *LocalFlights) Drain(ctx context.Context, f Flight) (bool, error) {
 	expired := false
 	for {
 		l.mu.Lock()
-		older, n, next := l.scan(f, l.clock())
+		older, n, next := l.scan(f, time.Now())
 		expired = expired || n > 0
 		if !older {
 			l.mu.Unlock()
@@ -209,15 +201,4 @@ func (l *LocalFlights) Release(f Flight) {
 	if len(set.entries) == 0 {
 		delete(l.res, f.Key)
 	}
-}
-
-// InFlight returns how many requests are registered for resource (tests,
-// status).
-func (l *LocalFlights) InFlight(resource string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if set := l.res[resource]; set != nil {
-		return len(set.entries)
-	}
-	return 0
 }

@@ -35,8 +35,6 @@ type identityGuard struct {
 	// refusal is the error every admission gets while set; nil once the
 	// identity is known and intact. One atomic load per admission.
 	refusal atomic.Pointer[refusal]
-	// want is the identity this process expects.
-	want string
 }
 
 type refusal struct{ err error }
@@ -107,7 +105,6 @@ func (g *identityGuard) establish(ctx context.Context) error {
 		g.log.Info("store identity record written (FENCE_STORE_INIT=auto)", zap.String("identity", id))
 	}
 	g.keeper.Expect(id)
-	g.want = id
 	return nil
 }
 
@@ -168,7 +165,6 @@ func (g *identityGuard) takeUpForced(ctx context.Context, lost *fencestore.LostE
 		return
 	}
 	g.keeper.Expect(id)
-	g.want = id
 	g.refusal.Store(nil)
 	g.lost.Set(0)
 	g.log.Warn("took up the store identity record an operator forced; admitting again", zap.String("identity", id))

@@ -114,9 +114,12 @@ func marksCmd(ctx context.Context, args []string, environ map[string]string, std
 	if len(args) < n[0] || len(args) > n[1] {
 		return &usageError{fmt.Sprintf("marks %s: wrong number of arguments\n%s", op, marksUsage)}
 	}
+	if op != "list" && args[0] == "" {
+		return &usageError{fmt.Sprintf("marks %s: RESOURCE is empty (no resource has an empty name)\n%s", op, marksUsage)}
+	}
 	var value *fencestore.Mark
 	if (op == "raise" || op == "reset") && len(args) == 2 {
-		m, ok := parseMarkArg(args[1])
+		m, ok := fencestore.ParseMarkValue(args[1])
 		if !ok {
 			return &usageError{fmt.Sprintf("marks %s: %q is not TOKEN or TOKEN:SEQUENCE (canonical decimal uint64s)", op, args[1])}
 		}
@@ -243,9 +246,6 @@ func loadOperatorConfig(environ map[string]string) (*config.Config, error) {
 	}
 	return loadConfig(env)
 }
-
-// parseMarkArg reads TOKEN or TOKEN:SEQUENCE as the store keeps it.
-func parseMarkArg(s string) (fencestore.Mark, bool) { return fencestore.ParseMarkValue(s) }
 
 // markText spells a mark as the store keeps it ("42", "42:7"), or "(none)".
 func markText(m fencestore.Mark, ok bool) string {

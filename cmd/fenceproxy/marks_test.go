@@ -71,6 +71,9 @@ func TestMarksCommandsBolt(t *testing.T) {
 	}
 	out, _, err = cmd("store", "init", "--force")
 	want(out, err, "forced-")
+	if _, _, err = cmd("marks", "get", ""); exitCode(err) != 2 || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("marks get of an empty name: %v", err)
+	}
 	if _, _, err = cmd("marks", "frobnicate"); exitCode(err) != 2 {
 		t.Fatalf("unknown marks command: %v", err)
 	}
