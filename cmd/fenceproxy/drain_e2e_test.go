@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/internal/childproc"
 )
 
 // The drain barrier across replicas, with real processes: two fenceproxy
@@ -299,7 +300,9 @@ func TestDrainDeadReplicaHoldsOnlyUntilDeadline(t *testing.T) {
 				// SIGSTOP is delivered asynchronously: A can run on for a few
 				// milliseconds after kill(2) returns, and would forward the
 				// rest in time.
-				waitFor(t, "every thread of A stopped", func() bool { return allStopped(a.cmd.Process.Pid) })
+				if _, err := childproc.WaitStopped(a.cmd.Process.Pid, 5*time.Second); err != nil {
+					t.Fatal(err)
+				}
 			}
 			_, _ = fmt.Fprintf(conn, "6\r\nsecond\r\n0\r\n\r\n")
 
@@ -339,27 +342,6 @@ func TestDrainDeadReplicaHoldsOnlyUntilDeadline(t *testing.T) {
 			}
 		})
 	}
-}
-
-// allStopped reports whether every thread of pid is in the stopped state
-// (Linux: /proc/PID/task/*/stat).
-func allStopped(pid int) bool {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil || len(tasks) == 0 {
-		return false
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-		if err != nil {
-			return false
-		}
-		// The state follows the command name, which is in parentheses.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
-			return false
-		}
-	}
-	return true
 }
 
 // The stalled-body story with a body too large to read before admission

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/faults/check"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/internal/childproc"
 )
 
 // The injections. Each waits (warmup before the first fault, gap between
@@ -86,7 +87,7 @@ func redisPause(ctx context.Context, e *env) error {
 		if err := e.master.Stop(); err != nil {
 			return err
 		}
-		if _, err := waitStopped(e.master.Pid(), 2*time.Second); err != nil {
+		if _, err := childproc.WaitStopped(e.master.Pid(), 2*time.Second); err != nil {
 			_ = e.master.Cont()
 			return err
 		}
@@ -145,7 +146,7 @@ func proxyPause(ctx context.Context, e *env) error {
 		if err := r.Stop(); err != nil {
 			return err
 		}
-		took, err := waitStopped(r.Pid(), 2*time.Second)
+		took, err := childproc.WaitStopped(r.Pid(), 2*time.Second)
 		if err != nil {
 			_ = r.Cont()
 			return err

@@ -1,4 +1,4 @@
-package harness
+package childproc
 
 import (
 	"os/exec"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// waitStopped returns once every thread of a SIGSTOPped process is
+// WaitStopped returns once every thread of a SIGSTOPped process is
 // stopped, and not for a running one.
 func TestWaitStopped(t *testing.T) {
 	cmd := exec.Command("sleep", "30")
@@ -19,20 +19,20 @@ func TestWaitStopped(t *testing.T) {
 		_ = cmd.Wait()
 	}()
 	pid := cmd.Process.Pid
-	if _, err := waitStopped(pid, 50*time.Millisecond); err == nil {
+	if _, err := WaitStopped(pid, 50*time.Millisecond); err == nil {
 		t.Fatal("a running process counted as stopped")
 	}
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := waitStopped(pid, 2*time.Second); err != nil {
+	if _, err := WaitStopped(pid, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	for t0 := time.Now(); ; time.Sleep(time.Millisecond) {
-		if ok, err := allStopped(pid); err != nil || !ok {
+		if ok, err := AllStopped(pid); err != nil || !ok {
 			break
 		}
 		if time.Since(t0) > 2*time.Second {
