@@ -307,27 +307,8 @@ func decide(b *bolt.Bucket, key []byte, a fencestore.Admission) (fencestore.Deci
 // report a mark that a crash in the next moment would lose. Nothing is
 // forwarded on it, so it does not wait.
 func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, false, fencestore.Unavailable(err)
-	}
-	key := []byte(s.prefix + resource)
-	var (
-		mark fencestore.Mark
-		ok   bool
-	)
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucket)
-		if b == nil {
-			return errors.New("bucket missing")
-		}
-		var err error
-		mark, ok, err = parseMark(key, b.Get(key))
-		return err
-	})
-	if err != nil {
-		return 0, false, fencestore.Unavailable(fmt.Errorf("boltstore: mark %q: %w", key, err))
-	}
-	return mark.Token, ok, nil
+	m, ok, err := s.Get(ctx, resource)
+	return m.Token, ok, err
 }
 
 // Ping reports whether the file is open and readable.

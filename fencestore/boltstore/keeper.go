@@ -76,7 +76,11 @@ func (s *Store) Expect(id string) { s.expect.Store(&id) }
 func (s *Store) HasMarks(ctx context.Context) (bool, error) {
 	var has bool
 	err := s.keeperView(ctx, "has marks", func(tx *bolt.Tx) error {
-		k, _ := tx.Bucket(bucket).Cursor().Seek([]byte(s.prefix))
+		b, err := marksBucket(tx)
+		if err != nil {
+			return err
+		}
+		k, _ := b.Cursor().Seek([]byte(s.prefix))
 		has = k != nil && bytes.HasPrefix(k, []byte(s.prefix))
 		return nil
 	})
@@ -91,8 +95,11 @@ func (s *Store) Get(ctx context.Context, resource string) (fencestore.Mark, bool
 		ok bool
 	)
 	err := s.keeperView(ctx, "get", func(tx *bolt.Tx) error {
-		var err error
-		m, ok, err = parseMark(key, tx.Bucket(bucket).Get(key))
+		b, err := marksBucket(tx)
+		if err != nil {
+			return err
+		}
+		m, ok, err = parseMark(key, b.Get(key))
 		return err
 	})
 	return m, ok, err
@@ -110,7 +117,11 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]f
 		from = []byte(s.prefix + cursor)
 	}
 	err := s.keeperView(ctx, "list", func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucket).Cursor()
+		b, err := marksBucket(tx)
+		if err != nil {
+			return err
+		}
+		c := b.Cursor()
 		for k, v := c.Seek(from); k != nil && bytes.HasPrefix(k, []byte(s.prefix+prefix)); k, v = c.Next() {
 			name := string(k[len(s.prefix):])
 			if cursor != "" && name <= cursor {
@@ -135,8 +146,10 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]f
 func (s *Store) Raise(ctx context.Context, resource string, m fencestore.Mark) (old fencestore.Mark, had, changed bool, err error) {
 	key := []byte(s.prefix + resource)
 	err = s.keeperUpdate(ctx, "raise", func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucket)
-		var err error
+		b, err := marksBucket(tx)
+		if err != nil {
+			return err
+		}
 		if old, had, err = parseMark(key, b.Get(key)); err != nil {
 			return err
 		}
@@ -154,7 +167,10 @@ func (s *Store) Raise(ctx context.Context, resource string, m fencestore.Mark) (
 func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) (old fencestore.Mark, had bool, err error) {
 	key := []byte(s.prefix + resource)
 	err = s.keeperUpdate(ctx, "reset", func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucket)
+		b, err := marksBucket(tx)
+		if err != nil {
+			return err
+		}
 		v := b.Get(key)
 		if v != nil {
 			// A corrupt mark may be reset: that is how an operator repairs it.
@@ -212,6 +228,15 @@ func (s *Store) keeperUpdate(ctx context.Context, op string, fn func(*bolt.Tx) e
 		return keeperError(op, err)
 	}
 	return nil
+}
+
+// marksBucket is the bucket of marks, or an error for a file that lost it
+// (Open creates it): never a nil bucket to panic on.
+func marksBucket(tx *bolt.Tx) (*bolt.Bucket, error) {
+	if b := tx.Bucket(bucket); b != nil {
+		return b, nil
+	}
+	return nil, errors.New("bucket missing")
 }
 
 func keeperError(op string, err error) error {

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 
@@ -170,19 +171,14 @@ func parseValue(v []byte) (fencestore.Mark, bool) {
 	return fencestore.Mark{}, false
 }
 
+// parsePadded reads a zero-padded decimal: without its leading zeros it is
+// a canonical one (fencestore.ParseMark, the project's one definition).
 func parsePadded(v []byte) (uint64, bool) {
-	var n uint64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false // overflow
-		}
-		n = n*10 + d
+	t := bytes.TrimLeft(v, "0")
+	if len(t) == 0 {
+		return 0, len(v) > 0
 	}
-	return n, true
+	return fencestore.ParseMark(t)
 }
 
 // appendPadded appends n in decimal, zero-padded to width digits.

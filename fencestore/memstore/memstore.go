@@ -75,29 +75,13 @@ func (s *Store) Release(f fencestore.Flight) { s.flights.Release(f) }
 
 // Mark returns resource's mark, and false when it has none.
 func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, false, fencestore.Unavailable(err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, false, errClosed
-	}
-	mark, ok := s.marks[resource]
-	return mark.Token, ok, nil
+	m, ok, err := s.Get(ctx, resource)
+	return m.Token, ok, err
 }
 
 // Ping fails only when ctx is done or the store is closed.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return fencestore.Unavailable(err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errClosed
-	}
-	return nil
+	return s.locked(ctx, func() error { return nil })
 }
 
 // Close drops the marks; later calls return an error wrapping

@@ -562,25 +562,11 @@ func admissionText(a fencestore.Admission) string { return markText(a.Order()) }
 // markText spells m as it is stored.
 func markText(m fencestore.Mark) string { return string(m.AppendValue(nil)) }
 
-// Mark reads resource's mark with GET and returns its token: the sequence of
-// a "token:sequence" mark is not part of the answer.
+// Mark is Get's token: the sequence of a "token:sequence" mark is not part
+// of the answer.
 func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, false, fencestore.Unavailable(err)
-	}
-	key := s.prefix + resource
-	v, err := s.client.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fencestore.Unavailable(fmt.Errorf("redisstore: mark %q: %w", key, err))
-	}
-	m, ok := fencestore.ParseMarkValue(v)
-	if !ok {
-		return 0, false, fencestore.Unavailable(fmt.Errorf("redisstore: mark %q: corrupt mark %q", key, v))
-	}
-	return m.Token, true, nil
+	m, ok, err := s.Get(ctx, resource)
+	return m.Token, ok, err
 }
 
 // Ping sends PING and, once Expect named an identity record, reads it (on
