@@ -470,16 +470,52 @@ func TestRedisCluster(t *testing.T) {
 	}
 	// The marks are spread over every node, including the one the program
 	// was not told about.
+	onNode := map[string][]int{} // node -> the items whose marks it holds
+	for i := range n {
+		node, err := cc.MasterForKey(t.Context(), fmt.Sprintf("fence:items/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		onNode[node.Options().Addr] = append(onNode[node.Options().Addr], i)
+	}
 	for _, s := range cluster.Nodes {
-		keys, _ := redisDo(t, s.Addr(), nil, "DBSIZE").(int64)
-		if keys == 0 {
+		if len(onNode[s.Addr()]) == 0 {
 			t.Fatalf("node %s holds no mark: the resources did not spread over the slots", s.Addr())
 		}
-		t.Logf("node %s holds %d marks", s.Addr(), keys)
+		t.Logf("node %s holds %d marks", s.Addr(), len(onNode[s.Addr()]))
 		wantNoACLDenials(t, s.Addr(), nil)
 	}
 	if got := up.n.Load(); got != 2*n {
 		t.Fatalf("upstream received %d requests, want %d", got, 2*n)
+	}
+
+	// One master loses everything: the next admission on its slots finds
+	// its slot's identity record gone (store-lost), and from then on every
+	// fenced request is refused, nothing forwarded.
+	flushed := cluster.Nodes[2].Addr()
+	redisDo(t, flushed, nil, "FLUSHALL")
+	i := onNode[flushed][0]
+	if a := put(t, p.data, fmt.Sprintf("/items/%d", i), "999"); a.status != 503 || a.problem["type"] != "urn:fenceproxy:store-lost" {
+		t.Fatalf("999 after 1000 on the flushed master: %+v, want 503 store-lost", a)
+	}
+	other := onNode[cluster.Nodes[0].Addr()][0]
+	if a := put(t, p.data, fmt.Sprintf("/items/%d", other), strconv.Itoa(2000+other)); a.status != 503 || a.problem["type"] != "urn:fenceproxy:store-lost" {
+		t.Fatalf("a fresh token on an intact master after the loss: %+v, want 503 store-lost", a)
+	}
+	if got := up.n.Load(); got != 2*n {
+		t.Fatalf("upstream received %d requests, want %d", got, 2*n)
+	}
+	for _, s := range cluster.Nodes {
+		wantNoACLDenials(t, s.Addr(), nil)
+	}
+
+	// A prefix with a '}' outside a hash tag cannot name the identity
+	// records of the slots: a configuration error, before serving.
+	err := run(t.Context(), []string{"store", "init"}, map[string]string{
+		"FENCE_REDIS_CLUSTER_ADDRS": addrs[0], "FENCE_KEY_PREFIX": "fe}nce:",
+	}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "FENCE_KEY_PREFIX") {
+		t.Fatalf("store init with FENCE_KEY_PREFIX=fe}nce: on a Cluster = %v, want an error naming the variable", err)
 	}
 }
 

@@ -92,6 +92,10 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 		WaitTimeout: cfg.Redis.WaitTimeout,
 		Logger:      rlog,
 	})
+	if err := s.Layout(); err != nil {
+		_ = s.Close()
+		return openedStore{}, fmt.Errorf("FENCE_KEY_PREFIX: %w", err)
+	}
 	out := openedStore{store: s}
 	out.keeper, _ = any(s).(fencestore.Keeper)
 

@@ -125,33 +125,30 @@
 // to the others, which never had their marks; only the replicas' floors
 // heal those.
 //
-// On a Cluster it cannot be checked inside the admission. The record is
-// one key in one slot, a script may touch the keys of one slot only, and a
-// node cannot even GET a key of a slot it does not own, so no command in
-// the admission's pipeline can read it on the mark's node either (and a GET
-// beside the script would not be atomic with it). So on a Cluster the
-// record is read by Ping and by a background check, started by Expect,
-// every Options.IdentityCheck (DefaultIdentityCheck, one second), on the
-// master of its slot; admissions (before they are sent, and again when
-// their reply comes) fail with a *LostError once the last reading found it
-// gone or another. That is weaker than the contract's "inside every
-// admission, in the same atomic step" in two ways: (1) a loss of the
-// record's own master is noticed only at the next reading, up to about a
-// second plus a round trip later, and the admissions decided meanwhile go
-// by marks that may be gone; while that master does not answer, the last
-// reading stands. (2) A flush, a restart without persistence or a failover
-// to an empty replica of any other master goes unnoticed altogether: its
-// marks vanish, and only the replicas' floors (the mark cache) raise them
-// back. A sound check needs a record in every slot, so that each mark has
-// one in its own: a table from each of the 16384 slots (CRC16(key) mod
-// 16384) to a hash tag that hashes to it (found once by search: short
-// strings cover every slot), 16384 records written by Init (pipelined per
-// master) and read by Identity, and the record of the mark key's slot
-// passed as the script's third key. (A KeyPrefix with a hash tag puts every
-// mark in one slot, whose one record would do.) Their names must be inside the
-// prefix for the ACL and yet spelled by no resource name, and every
-// non-empty string is a resource name today: it needs the resource names to
-// give up a spelling first (a reserved first byte, say). It is not built.
+// On a Cluster a script may touch the keys of one slot only, so one
+// record cannot serve every admission: every one of the 16384 slots holds
+// a copy, named {<prefix><tag>}:identity, where tag is three characters
+// chosen (slots.go, once per store) so that the name's hash tag hashes to
+// that slot. Each admission passes the copy in its mark's slot as the
+// script's identity key and checks it in its run, as above; so a flush, a
+// restart without persistence or a failover to an empty replica of any
+// master fails the first admission on that master's slots. Init writes
+// every copy (slot 0's first, on its master's own client, with SET NX: of
+// two Inits at once one wins there before the other writes anything
+// else; then the rest in one pipeline), Identity reads all 16384 (copies
+// that disagree, some slots holding none, are an error naming the slots,
+// which only Init with force ends), and Ping reads the copy of the first
+// slot of each range of slots CLUSTER SLOTS lists (a master that lost its
+// data lost all of its copies). The names begin with "{<prefix>", as the
+// in-flight keys do, so the ACL pattern ~{<prefix>* covers both; a slot
+// that migrates takes its copy along. Two prefixes are special: one with a
+// hash tag puts every mark and the prefix key in the tag's slot, where the
+// prefix key is the one record, as on a single server; one with a '}'
+// outside a hash tag cannot name the copies (their hash tag would end
+// inside the prefix), and the store refuses it (Layout; fenceproxy
+// reports FENCE_KEY_PREFIX). With a prefix of '{' bytes alone, the empty
+// one included, a resource name can spell a copy's name: it is refused
+// (markKey), not written over the copy.
 //
 // The operator's reads and writes never block the server: no KEYS. Get is
 // one GET. HasMarks SCANs (MATCH, the prefix's glob characters escaped) for

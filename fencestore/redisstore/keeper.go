@@ -9,12 +9,11 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
@@ -25,40 +24,68 @@ import (
 // non-empty, so no mark key is it, and it is inside the prefix, so an ACL
 // pattern ~<prefix>* covers it (with an empty prefix it is the empty key,
 // which Redis allows). Once Expect names it, admit.lua reads it in every
-// run and refuses the run's admissions when it is not the one expected, on
-// a single server and through Sentinel. On a Ring every shard holds a copy
-// of it (Init writes them all), and each admission checks the copy on its
-// own shard, in its script run. On a Cluster it cannot: the key lives in
-// one slot, and a script may touch the keys of one slot only; there the
-// record is read by Ping and by a background check every
-// Options.IdentityCheck, and admissions fail once a read found it gone or
-// changed (clusterLost). That is weaker than the contract's check inside
-// every admission: see doc.go.
+// run and refuses the run's admissions when it is not the one expected.
+// On a Ring every shard holds a copy of it (Init writes them all), and
+// each admission checks the copy on its own shard, in its script run. On a
+// Cluster (whose prefix has no hash tag) every slot holds a copy under a
+// name of its own (slots.go), and each admission checks the copy in its
+// mark's slot, in its script run.
 
 var _ fencestore.Keeper = (*Store)(nil)
-
-// DefaultIdentityCheck is how often a Cluster store reads its identity
-// record once Expect was called, when Options.IdentityCheck is zero.
-const DefaultIdentityCheck = time.Second
 
 // errNoResource refuses an empty resource name: its key would be the
 // identity record's.
 var errNoResource = errors.New("empty resource name (the key prefix alone is the store's identity record)")
 
-// identitySeen is what a Cluster store last read of its identity record:
-// its value ("" for none), or the error of a server that answered with
-// something else than a string.
-type identitySeen struct {
-	value string
-	err   error
+// errCopiesDisagree is in the error of Identity when the copies of the
+// record (on a Ring's shards, in a Cluster's slots) differ.
+var errCopiesDisagree = errors.New("the copies of the identity record differ")
+
+// markKey is resource's mark key, or why resource has none: an empty name,
+// or (on a Cluster with a prefix of '{' alone, slots.go) a name that spells
+// an identity record.
+func (s *Store) markKey(op, resource string) (string, error) {
+	if resource == "" {
+		return "", fmt.Errorf("redisstore: %s: %w", op, errNoResource)
+	}
+	key := s.prefix + resource
+	if s.isRecord(key) {
+		return "", fmt.Errorf("redisstore: %s %q: the key is the name of the store's identity record in its slot", op, key)
+	}
+	return key, nil
+}
+
+// isRecord reports whether key is one of a Cluster's per-slot identity
+// records that a mark key or a SCAN of the prefix can meet.
+func (s *Store) isRecord(key string) bool {
+	return s.spellable && s.records != nil && s.records.is(key)
+}
+
+// recordFor is the name of the identity record an admission of key checks:
+// the one in key's slot on a Cluster, else the prefix.
+func (s *Store) recordFor(key string) (string, error) {
+	switch {
+	case s.recordsErr != nil:
+		return "", s.recordsErr
+	case s.records != nil:
+		return s.records.forKey(key), nil
+	}
+	return s.prefix, nil
 }
 
 // Identity returns the identity record, "" when there is none. On a Ring
-// every live shard must hold the same one: shards that disagree (one was
-// emptied or replaced) are an error, which only Init with force ends.
+// every live shard, and on a Cluster every slot, must hold the same one:
+// copies that disagree (a shard or a master was emptied or replaced) are
+// an error, which only Init with force ends.
 func (s *Store) Identity(ctx context.Context) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fencestore.Unavailable(err)
+	}
+	switch {
+	case s.recordsErr != nil:
+		return "", s.recordsErr
+	case s.records != nil:
+		return s.clusterIdentity(ctx)
 	}
 	if _, ok := s.client.(*redis.Ring); ok {
 		return s.ringIdentity(ctx)
@@ -67,27 +94,24 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fencestore.Unavailable(fmt.Errorf("redisstore: identity: %w", err))
 	}
-	return s.readIdentity(ctx, c)
+	return readIdentity(ctx, c, s.prefix)
 }
 
-// readIdentity reads the identity key through c, and on a Cluster records
-// what it read for clusterLost.
-func (s *Store) readIdentity(ctx context.Context, c redis.Cmdable) (string, error) {
-	v, err := c.Get(ctx, s.prefix).Result()
+// readIdentity reads the identity record key through c.
+func readIdentity(ctx context.Context, c redis.Cmdable, key string) (string, error) {
+	return identityValue(key, c.Get(ctx, key))
+}
+
+// identityValue is the identity record key read by get: "" for none.
+func identityValue(key string, get *redis.StringCmd) (string, error) {
+	v, err := get.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		v, err = "", nil
+		return "", nil
 	case err != nil && redis.HasErrorPrefix(err, "WRONGTYPE"):
-		err = fencestore.Unavailable(fmt.Errorf("redisstore: the identity key %q holds no identity record: %w", s.prefix, err))
-		if s.cluster {
-			s.seen.Store(&identitySeen{err: err})
-		}
-		return "", err
+		return "", fencestore.Unavailable(fmt.Errorf("redisstore: the identity key %q holds no identity record: %w", key, err))
 	case err != nil:
-		return "", fencestore.Unavailable(fmt.Errorf("redisstore: identity %q: %w", s.prefix, err))
-	}
-	if s.cluster {
-		s.seen.Store(&identitySeen{value: v})
+		return "", fencestore.Unavailable(fmt.Errorf("redisstore: identity %q: %w", key, err))
 	}
 	return v, nil
 }
@@ -101,7 +125,7 @@ func (s *Store) ringIdentity(ctx context.Context) (string, error) {
 	var id string
 	var held []string
 	for i, n := range nodes {
-		v, err := s.readIdentity(ctx, n.c)
+		v, err := readIdentity(ctx, n.c, s.prefix)
 		if err != nil {
 			return "", fmt.Errorf("shard %s: %w", n.addr, err)
 		}
@@ -114,84 +138,197 @@ func (s *Store) ringIdentity(ctx context.Context) (string, error) {
 		}
 	}
 	if id == "\x00" {
-		return "", fencestore.Unavailable(fmt.Errorf("redisstore: the ring's shards hold different identity records (%s): "+
-			"a shard was emptied or replaced, and its marks may be gone", strings.Join(held, ", ")))
+		return "", fencestore.Unavailable(fmt.Errorf("redisstore: %w: the ring's shards hold different ones (%s): "+
+			"a shard was emptied or replaced, and its marks may be gone", errCopiesDisagree, strings.Join(held, ", ")))
 	}
 	return id, nil
 }
 
+// clusterIdentity reads the record of every slot (the cluster client's
+// pipeline sends each master its own).
+func (s *Store) clusterIdentity(ctx context.Context) (string, error) {
+	slots := make([]int, clusterSlots)
+	for i := range slots {
+		slots[i] = i
+	}
+	found, err := s.readRecords(ctx, slots)
+	if err != nil {
+		return "", err
+	}
+	held := make(map[string][]int)
+	for slot, v := range found {
+		held[v] = append(held[v], slot)
+	}
+	if len(held) == 1 {
+		return found[0], nil
+	}
+	var parts []string
+	for v, slots := range held {
+		what := fmt.Sprintf("hold %q", v)
+		if v == "" {
+			what = "hold none"
+		}
+		parts = append(parts, fmt.Sprintf("%d slots (%s) %s", len(slots), slotRanges(slots), what))
+	}
+	sort.Strings(parts)
+	return "", fencestore.Unavailable(fmt.Errorf("redisstore: %w: the cluster's slots hold different ones (%s): "+
+		"a master was emptied or replaced, and the marks of its slots may be gone", errCopiesDisagree, strings.Join(parts, "; ")))
+}
+
+// readRecords reads the identity records of slots, in one pipeline.
+func (s *Store) readRecords(ctx context.Context, slots []int) ([]string, error) {
+	pipe := s.client.Pipeline()
+	gets := make([]*redis.StringCmd, len(slots))
+	for i, slot := range slots {
+		gets[i] = pipe.Get(ctx, s.records.name(slot))
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+	found := make([]string, len(slots))
+	for i, g := range gets {
+		v, err := identityValue(s.records.name(slots[i]), g)
+		if err != nil {
+			return nil, err
+		}
+		found[i] = v
+	}
+	return found, nil
+}
+
+// slotRanges spells ascending slots as ranges, the first few of them.
+func slotRanges(slots []int) string {
+	var out []string
+	for i := 0; i < len(slots); {
+		j := i
+		for j+1 < len(slots) && slots[j+1] == slots[j]+1 {
+			j++
+		}
+		if len(out) == 4 {
+			out = append(out, "...")
+			break
+		}
+		if i == j {
+			out = append(out, strconv.Itoa(slots[i]))
+		} else {
+			out = append(out, fmt.Sprintf("%d-%d", slots[i], slots[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(out, ",")
+}
+
 // Init writes a new identity record: SET NX without force, so that of two
-// replicas that start on an empty store at once one wins. On a Ring it
-// writes every live shard, the one the identity key maps to first; without
-// force, a shard that holds one already fails it with ErrIdentityExists.
+// replicas that start on an empty store at once one wins. A Ring has a
+// copy on every live shard and a Cluster one in every slot
+// (initCopies).
 func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fencestore.Unavailable(err)
 	}
 	id := fencestore.NewIdentity(force)
-	set := func(c redis.Cmdable) error {
+	set := func(c redis.Cmdable, key string) error {
 		if force {
-			return c.Set(ctx, s.prefix, id, 0).Err()
+			return c.Set(ctx, key, id, 0).Err()
 		}
-		ok, err := c.SetNX(ctx, s.prefix, id, 0).Result()
+		ok, err := c.SetNX(ctx, key, id, 0).Result()
 		if err == nil && !ok {
 			return fencestore.ErrIdentityExists
 		}
 		return err
 	}
-	if ring, ok := s.client.(*redis.Ring); ok {
-		if err := s.ringInit(ctx, ring, force, set); err != nil {
-			return "", err
+	var err error
+	switch ring, isRing := s.client.(*redis.Ring); {
+	case s.recordsErr != nil:
+		err = s.recordsErr
+	case s.records != nil:
+		err = s.clusterInit(ctx, force, id, set)
+	case isRing:
+		err = s.ringInit(ctx, ring, force, set)
+	default:
+		var c redis.Cmdable
+		if c, err = s.keyClient(ctx, s.prefix); err == nil {
+			err = set(c, s.prefix)
 		}
-		return id, nil
-	}
-	c, err := s.keyClient(ctx, s.prefix)
-	if err == nil {
-		err = set(c)
 	}
 	if err != nil {
 		return "", initError(err)
 	}
-	if s.cluster {
-		s.seen.Store(&identitySeen{value: id})
-	}
 	return id, nil
 }
 
-func (s *Store) ringInit(ctx context.Context, ring *redis.Ring, force bool, set func(redis.Cmdable) error) error {
+// initCopies writes a record that has several copies: without force only
+// when no copy exists (Identity finds none), then the anchor, where of two
+// Inits at once one wins before the other writes anything else, then the
+// rest.
+func (s *Store) initCopies(ctx context.Context, force bool, anchor, rest func() error) error {
+	if !force {
+		v, err := s.Identity(ctx)
+		if errors.Is(err, errCopiesDisagree) {
+			// Some copy exists.
+			return fmt.Errorf("%w (%v)", fencestore.ErrIdentityExists, err)
+		}
+		if err != nil {
+			return err
+		}
+		if v != "" {
+			return fencestore.ErrIdentityExists
+		}
+	}
+	if err := anchor(); err != nil {
+		return err
+	}
+	return rest()
+}
+
+// ringInit writes every live shard's copy, the shard the prefix maps to
+// first.
+func (s *Store) ringInit(ctx context.Context, ring *redis.Ring, force bool, set func(redis.Cmdable, string) error) error {
 	nodes, err := s.nodes(ctx)
 	if err != nil {
 		return err
 	}
-	if !force {
-		for _, n := range nodes {
-			v, err := s.readIdentity(ctx, n.c)
-			if err != nil {
-				return fmt.Errorf("shard %s: %w", n.addr, err)
-			}
-			if v != "" {
-				return fmt.Errorf("shard %s: %w", n.addr, fencestore.ErrIdentityExists)
-			}
-		}
-	}
-	// The shard the key maps to goes first: of two Inits at once, one
-	// wins there, and the other stops before writing any other shard.
 	anchor, err := ring.GetShardClientForKey(s.prefix)
 	if err != nil {
-		return initError(err)
+		return err
 	}
-	if err := set(anchor); err != nil {
-		return initError(fmt.Errorf("shard %s: %w", anchor.Options().Addr, err))
-	}
-	for _, n := range nodes {
-		if n.addr == anchor.Options().Addr {
-			continue
+	return s.initCopies(ctx, force, func() error {
+		if err := set(anchor, s.prefix); err != nil {
+			return fmt.Errorf("shard %s: %w", anchor.Options().Addr, err)
 		}
-		if err := set(n.c); err != nil {
-			return initError(fmt.Errorf("shard %s: %w", n.addr, err))
+		return nil
+	}, func() error {
+		for _, n := range nodes {
+			if n.addr == anchor.Options().Addr {
+				continue
+			}
+			if err := set(n.c, s.prefix); err != nil {
+				return fmt.Errorf("shard %s: %w", n.addr, err)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
+}
+
+// clusterInit writes every slot's copy, slot 0's first (on its master's
+// own client: a SET NX the cluster client re-sent after a lost reply would
+// find its own record), the rest in one pipeline.
+func (s *Store) clusterInit(ctx context.Context, force bool, id string, set func(redis.Cmdable, string) error) error {
+	return s.initCopies(ctx, force, func() error {
+		anchor := s.records.name(0)
+		c, err := s.keyClient(ctx, anchor)
+		if err != nil {
+			return err
+		}
+		return set(c, anchor)
+	}, func() error {
+		pipe := s.client.Pipeline()
+		for slot := 1; slot < clusterSlots; slot++ {
+			pipe.Set(ctx, s.records.name(slot), id, 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("the identity records of every slot: %w", err)
+		}
+		return nil
+	})
 }
 
 func initError(err error) error {
@@ -202,98 +339,53 @@ func initError(err error) error {
 }
 
 // Expect makes every later admission check that the identity record is id
-// (id "" turns the check off). On a Cluster it starts the background check
-// (the first time), which reads the record at once and then every
-// Options.IdentityCheck until Close.
-func (s *Store) Expect(id string) {
-	s.expect.Store(&id)
-	if s.cluster && id != "" {
-		s.checkOnce.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if s.closed {
-				return
-			}
-			s.bg.Add(1)
-			go s.checkIdentity()
-		})
-	}
-}
-
-// checkIdentity reads a Cluster store's identity record until Close.
-func (s *Store) checkIdentity() {
-	defer s.bg.Done()
-	t := time.NewTicker(s.identityEvery)
-	defer t.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), s.identityEvery)
-		c, err := s.keyClient(ctx, s.prefix)
-		if err == nil {
-			_, err = s.readIdentity(ctx, c)
-		}
-		cancel()
-		if err != nil {
-			// A node that does not answer leaves the last reading.
-			s.log.Debug("identity check failed", zap.Error(err))
-		}
-		select {
-		case <-s.done:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// clusterLost is the error an admission on a Cluster fails with: a
-// *LostError when the identity record last read is not the one expected,
-// nil otherwise (and on other clients, whose script checks it).
-func (s *Store) clusterLost() error {
-	if !s.cluster {
-		return nil
-	}
-	want := s.expect.Load()
-	if want == nil || *want == "" {
-		return nil
-	}
-	seen := s.seen.Load()
-	switch {
-	case seen == nil:
-		return nil
-	case seen.err != nil:
-		return seen.err
-	case seen.value != *want:
-		return &fencestore.LostError{Want: *want, Found: seen.value}
-	}
-	return nil
-}
+// (id "" turns the check off).
+func (s *Store) Expect(id string) { s.expect.Store(&id) }
 
 // pingIdentity checks the identity record once Expect named one: on every
-// live shard of a Ring, else where the key lives (and on a Cluster that
-// reading is what admissions go by).
+// live shard of a Ring; on a Cluster the record of the first slot of each
+// range of slots a master serves (a master emptied, restarted without
+// persistence or failed over to an empty replica lost all of its); else
+// the one record.
 func (s *Store) pingIdentity(ctx context.Context) error {
 	want := s.expect.Load()
 	if want == nil || *want == "" {
 		return nil
 	}
 	var found []string
-	if _, ok := s.client.(*redis.Ring); ok {
+	switch _, isRing := s.client.(*redis.Ring); {
+	case s.recordsErr != nil:
+		return s.recordsErr
+	case s.records != nil:
+		ranges, err := s.client.ClusterSlots(ctx).Result()
+		if err != nil {
+			return fencestore.Unavailable(fmt.Errorf("redisstore: identity: CLUSTER SLOTS: %w", err))
+		}
+		starts := make([]int, len(ranges))
+		for i, r := range ranges {
+			starts[i] = int(r.Start)
+		}
+		if found, err = s.readRecords(ctx, starts); err != nil {
+			return err
+		}
+	case isRing:
 		nodes, err := s.nodes(ctx)
 		if err != nil {
 			return err
 		}
 		for _, n := range nodes {
-			v, err := s.readIdentity(ctx, n.c)
+			v, err := readIdentity(ctx, n.c, s.prefix)
 			if err != nil {
 				return err
 			}
 			found = append(found, v)
 		}
-	} else {
+	default:
 		c, err := s.keyClient(ctx, s.prefix)
 		if err != nil {
 			return fencestore.Unavailable(fmt.Errorf("redisstore: identity: %w", err))
 		}
-		v, err := s.readIdentity(ctx, c)
+		v, err := readIdentity(ctx, c, s.prefix)
 		if err != nil {
 			return err
 		}
@@ -329,7 +421,7 @@ func (s *Store) HasMarks(ctx context.Context) (bool, error) {
 				return false, fencestore.Unavailable(fmt.Errorf("redisstore: has marks: SCAN %s: %w", n.addr, err))
 			}
 			for _, k := range keys {
-				if k == s.prefix || !strings.HasPrefix(k, s.prefix) {
+				if k == s.prefix || !strings.HasPrefix(k, s.prefix) || s.isRecord(k) {
 					continue
 				}
 				if isFlightKeyName(k) {
@@ -360,10 +452,10 @@ func (s *Store) Get(ctx context.Context, resource string) (fencestore.Mark, bool
 	if err := ctx.Err(); err != nil {
 		return fencestore.Mark{}, false, fencestore.Unavailable(err)
 	}
-	if resource == "" {
-		return fencestore.Mark{}, false, fmt.Errorf("redisstore: get: %w", errNoResource)
+	key, err := s.markKey("get", resource)
+	if err != nil {
+		return fencestore.Mark{}, false, err
 	}
-	key := s.prefix + resource
 	c, err := s.keyClient(ctx, key)
 	if err != nil {
 		return fencestore.Mark{}, false, fencestore.Unavailable(fmt.Errorf("redisstore: get %q: %w", key, err))
@@ -389,10 +481,10 @@ func (s *Store) Raise(ctx context.Context, resource string, m fencestore.Mark) (
 	if err := ctx.Err(); err != nil {
 		return old, false, false, fencestore.Unavailable(err)
 	}
-	if resource == "" {
-		return old, false, false, fmt.Errorf("redisstore: raise: %w", errNoResource)
+	key, err := s.markKey("raise", resource)
+	if err != nil {
+		return old, false, false, err
 	}
-	key := s.prefix + resource
 	c, err := s.keyClient(ctx, key)
 	if err != nil {
 		return old, false, false, fencestore.Unavailable(fmt.Errorf("redisstore: raise %q: %w", key, err))
@@ -423,10 +515,10 @@ func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) 
 	if err := ctx.Err(); err != nil {
 		return old, false, fencestore.Unavailable(err)
 	}
-	if resource == "" {
-		return old, false, fmt.Errorf("redisstore: reset: %w", errNoResource)
+	key, err := s.markKey("reset", resource)
+	if err != nil {
+		return old, false, err
 	}
-	key := s.prefix + resource
 	c, err := s.keyClient(ctx, key)
 	if err != nil {
 		return old, false, fencestore.Unavailable(fmt.Errorf("redisstore: reset %q: %w", key, err))
@@ -532,7 +624,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]f
 			again = false
 			cands := keys[:0]
 			for _, k := range keys {
-				if k == s.prefix || !strings.HasPrefix(k, full) || listed[k] || (skip && k <= cur.Last) {
+				if k == s.prefix || !strings.HasPrefix(k, full) || s.isRecord(k) || listed[k] || (skip && k <= cur.Last) {
 					continue
 				}
 				cands = append(cands, k)

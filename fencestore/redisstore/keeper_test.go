@@ -30,6 +30,22 @@ func flushAll(t *testing.T, addrs ...string) {
 	}
 }
 
+// scanAll returns the keys of the server at addr that match pattern.
+func scanAll(t *testing.T, addr, pattern string) []string {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var keys []string
+	iter := c.Scan(t.Context(), 0, pattern, 1000).Iterator()
+	for iter.Next(t.Context()) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("SCAN %s: %v", addr, err)
+	}
+	return keys
+}
+
 func opCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	t.Cleanup(cancel)
@@ -109,7 +125,7 @@ func TestRingIdentityDisagrees(t *testing.T) {
 	}
 	s.Expect(id)
 	flushAll(t, s2.Addr())
-	if _, err := s.Identity(ctx); !errors.Is(err, fencestore.ErrUnavailable) || !strings.Contains(err.Error(), "different identity records") {
+	if _, err := s.Identity(ctx); !errors.Is(err, fencestore.ErrUnavailable) || !strings.Contains(err.Error(), "shards hold different ones") {
 		t.Fatalf("Identity with one shard flushed = %v", err)
 	}
 	if _, err := s.Init(ctx, false); !errors.Is(err, fencestore.ErrIdentityExists) {
@@ -576,24 +592,22 @@ func TestKeeperNotMarks(t *testing.T) {
 	}
 }
 
-// On a Cluster the identity record lives in one slot, which an admission's
-// script cannot touch: Ping and a background check read it, and admissions
-// fail once a reading found it gone or changed (doc.go).
+// On a Cluster every slot holds a copy of the identity record, and each
+// admission checks the copy in its mark's slot, in its script run
+// (slots.go): a flush is noticed by the next admission, with no reading in
+// between.
 func TestClusterKeeper(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	const every = 20 * time.Millisecond
 	for _, tc := range []struct {
 		name string
 		opts redisstore.Options
-	}{{"batched", redisstore.Options{IdentityCheck: every}}, {"unbatched", redisstore.Options{MaxBatch: -1, IdentityCheck: every}}} {
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}, {"tagged prefix", redisstore.Options{KeyPrefix: "{fence-tagged}:"}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			storetest.RunKeeper(t, func(t *testing.T) storetest.KeeperStore {
 				s, _, _ := newClusterStore(t, cluster, tc.opts, nil)
 				return s
 			}, func(t *testing.T, _ storetest.KeeperStore) {
 				flushAll(t, cluster.Addrs()...)
-				// Not in the admission's step: the next reading sees it.
-				time.Sleep(10 * every)
 			})
 		})
 	}
@@ -629,75 +643,107 @@ func TestClusterKeeper(t *testing.T) {
 		}
 	})
 
-	t.Run("background check", func(t *testing.T) {
-		s, cc, prefix := newClusterStore(t, cluster, redisstore.Options{IdentityCheck: 50 * time.Millisecond}, nil)
+	t.Run("every slot", func(t *testing.T) {
+		s, cc, prefix := newClusterStore(t, cluster, redisstore.Options{}, nil)
 		ctx := opCtx(t)
 		id, err := s.Init(ctx, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Expect(id)
-		token := uint64(1)
-		admitProbe := func() error {
-			token++
-			_, err := s.Admit(ctx, fencestore.Admission{Resource: "probe", Token: token})
-			return err
-		}
-		if err := admitProbe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cc.Del(ctx, prefix).Err(); err != nil {
-			t.Fatal(err)
-		}
-		t0 := time.Now()
-		var lost *fencestore.LostError
-		redistest.Poll(t, 5*time.Second, "a *LostError", func() error {
-			if err := admitProbe(); !errors.As(err, &lost) {
-				return fmt.Errorf("Admit = %v", err)
-			}
-			return nil
-		})
-		if lost.Want != id || lost.Found != "" {
-			t.Fatalf("%#v", lost)
-		}
-		t.Logf("the loss was noticed after %v", time.Since(t0).Round(time.Millisecond))
-		if err := s.Ping(ctx); !errors.As(err, &lost) {
-			t.Fatalf("Ping = %v", err)
-		}
-		if err := cc.Set(ctx, prefix, id, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		redistest.Poll(t, 5*time.Second, "admitted again", admitProbe)
 
-		// The caveat doc.go names: a master that does not hold the
-		// identity record can lose its marks unnoticed. A per-slot record
-		// would turn this into a *LostError.
-		idNode, err := cc.MasterForKey(ctx, prefix)
-		if err != nil {
-			t.Fatal(err)
+		// Every slot has its record, named as slots.go says, and Redis
+		// puts each in the slot it is for.
+		slots := map[int64]bool{}
+		for _, addr := range cluster.Addrs() {
+			keys := scanAll(t, addr, "{"+prefix+"*}:identity")
+			pipe := cc.Pipeline()
+			cmds := make([]*redis.IntCmd, len(keys))
+			for i, k := range keys {
+				cmds[i] = pipe.ClusterKeySlot(ctx, k)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range cmds {
+				if slots[c.Val()] {
+					t.Fatalf("two records in slot %d (%q)", c.Val(), keys[i])
+				}
+				slots[c.Val()] = true
+			}
 		}
-		var res string
-		var resNode *redis.Client
-		for i := 0; resNode == nil; i++ {
-			name := fmt.Sprintf("elsewhere/%d", i)
+		if len(slots) != 16384 {
+			t.Fatalf("records in %d slots, want 16384", len(slots))
+		}
+		if got, err := s.Identity(ctx); got != id || err != nil {
+			t.Fatalf("Identity = %q, %v", got, err)
+		}
+
+		// One resource on each master, admitted.
+		res := map[string]string{} // master -> resource
+		for i := 0; len(res) < 3; i++ {
+			name := fmt.Sprintf("slot/%d", i)
 			n, err := cc.MasterForKey(ctx, prefix+name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.Options().Addr != idNode.Options().Addr {
-				res, resNode = name, n
+			if res[n.Options().Addr] == "" {
+				res[n.Options().Addr] = name
+				if _, err := s.Admit(ctx, fencestore.Admission{Resource: name, Token: 10}); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
-		if _, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 10}); err != nil {
+		var flushed string
+		for addr := range res {
+			flushed = addr
+			break
+		}
+		flushAll(t, flushed)
+
+		// The very next admission on the emptied master fails with the
+		// loss, token 5 after 10 included; the others' records are intact.
+		var lost *fencestore.LostError
+		for addr, name := range res {
+			d, err := s.Admit(ctx, fencestore.Admission{Resource: name, Token: 5})
+			switch {
+			case addr == flushed && !errors.As(err, &lost):
+				t.Fatalf("5 after 10 on the flushed master = %+v, %v; want a *LostError", d, err)
+			case addr == flushed && (lost.Want != id || lost.Found != ""):
+				t.Fatalf("%#v", lost)
+			case addr != flushed && (err != nil || d.Admitted):
+				t.Fatalf("5 after 10 on an intact master = %+v, %v; want refused", d, err)
+			}
+		}
+		if err := s.Ping(ctx); !errors.As(err, &lost) {
+			t.Fatalf("Ping = %v, want a *LostError", err)
+		}
+		if _, err := s.Identity(ctx); err == nil || !strings.Contains(err.Error(), "hold none") {
+			t.Fatalf("Identity = %v, want the slots that hold none named", err)
+		}
+		if _, err := s.Init(ctx, false); err == nil {
+			t.Fatal("Init without force on a half-emptied cluster succeeded")
+		}
+		forced, err := s.Init(ctx, true)
+		if err != nil {
 			t.Fatal(err)
 		}
-		flushAll(t, resNode.Options().Addr)
-		time.Sleep(200 * time.Millisecond)
+		s.Expect(forced)
 		if err := s.Ping(ctx); err != nil {
-			t.Fatalf("Ping = %v", err)
+			t.Fatalf("Ping after Init --force = %v", err)
 		}
-		if d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 5}); err != nil || !d.Admitted {
-			t.Fatalf("5 after 10 on a flushed master = %+v, %v; doc.go says it is admitted (the caveat)", d, err)
+		if d, err := s.Admit(ctx, fencestore.Admission{Resource: res[flushed], Token: 6}); err != nil || !d.Admitted {
+			t.Fatalf("after Init --force = %+v, %v", d, err)
+		}
+	})
+
+	t.Run("prefix with a lone }", func(t *testing.T) {
+		s, _, _ := newClusterStore(t, cluster, redisstore.Options{KeyPrefix: "fe}nce:"}, nil)
+		if err := s.Layout(); err == nil || !strings.Contains(err.Error(), "fe}nce:") {
+			t.Fatalf("Layout = %v, want an error naming the prefix", err)
+		}
+		if _, err := s.Init(opCtx(t), false); err == nil {
+			t.Fatal("Init succeeded")
 		}
 	})
 }

@@ -50,11 +50,6 @@ type Options struct {
 	// DrainPoll is how often a Drain that nothing woke looks again (see
 	// flight.go). Zero means DefaultDrainPoll.
 	DrainPoll time.Duration
-	// IdentityCheck is how often a Cluster client's store reads its
-	// identity record once Expect was called (keeper.go: on a Cluster the
-	// admissions cannot check it themselves). Zero means
-	// DefaultIdentityCheck.
-	IdentityCheck time.Duration
 }
 
 // Store is a fencestore.Store in Redis.
@@ -65,14 +60,15 @@ type Store struct {
 	waitTimeout time.Duration
 	log         *zap.Logger
 	batch       *batcher // nil: one round trip per admission
-	cluster     bool     // a Cluster client: the identity is not checked in the script (keeper.go)
 
 	// The identity (keeper.go): expect is the record Expect named (nil
-	// before), seen the record last read on a Cluster.
-	expect        atomic.Pointer[string]
-	seen          atomic.Pointer[identitySeen]
-	identityEvery time.Duration
-	checkOnce     sync.Once
+	// before). On a Cluster whose prefix has no hash tag, records names
+	// the record of every slot (slots.go), or recordsErr says why it
+	// cannot; spellable says a mark key could be a record's name.
+	expect     atomic.Pointer[string]
+	records    *slotRecords
+	recordsErr error
+	spellable  bool
 
 	// The drain barrier (flight.go). channel carries the releases Drains
 	// wait for; entry ids are idPrefix and a count.
@@ -123,25 +119,22 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if poll <= 0 {
 		poll = DefaultDrainPoll
 	}
-	every := opts.IdentityCheck
-	if every <= 0 {
-		every = DefaultIdentityCheck
-	}
-	_, cluster := client.(*redis.ClusterClient)
 	s := &Store{
-		client:        client,
-		prefix:        opts.KeyPrefix,
-		minReplicas:   opts.MinReplicas,
-		waitTimeout:   wait,
-		log:           log.Named("redisstore"),
-		channel:       opts.KeyPrefix + "inflight",
-		pend:          &pendingReleases{max: maxPendingReleases},
-		idPrefix:      newFlightIDs(),
-		drainPoll:     poll,
-		cluster:       cluster,
-		listening:     make(chan struct{}),
-		identityEvery: every,
-		done:          make(chan struct{}),
+		client:      client,
+		prefix:      opts.KeyPrefix,
+		minReplicas: opts.MinReplicas,
+		waitTimeout: wait,
+		log:         log.Named("redisstore"),
+		channel:     opts.KeyPrefix + "inflight",
+		pend:        &pendingReleases{max: maxPendingReleases},
+		idPrefix:    newFlightIDs(),
+		drainPoll:   poll,
+		listening:   make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	if _, cluster := client.(*redis.ClusterClient); cluster && !hasHashTag(s.prefix) {
+		s.records, s.recordsErr = newSlotRecords(s.prefix)
+		s.spellable = recordSpellable(s.prefix)
 	}
 	s.checkClient()
 	if opts.MaxBatch >= 0 && opts.MinReplicas <= 0 {
@@ -157,6 +150,11 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	}
 	return s
 }
+
+// Layout reports a key prefix the store cannot lay its keys out with, nil
+// when it can: on a Cluster, a prefix with a '}' outside a hash tag cannot
+// name the per-slot identity records (slots.go).
+func (s *Store) Layout() error { return s.recordsErr }
 
 // checkClient warns about client options that break the package's promises;
 // it cannot refuse them, since New has no error to return.
@@ -193,21 +191,16 @@ func (s *Store) checkClient() {
 //
 // A floor (a.HasFloor) heals a regressed mark in the same script run (see
 // doc.go). Once Expect named an identity record, the same run checks it
-// (on a Cluster, the last reading of it does: keeper.go), and an admission
-// that finds it gone or changed fails with the *fencestore.LostError
-// itself, having written nothing.
+// (on a Cluster, the record in the mark's slot: slots.go), and an
+// admission that finds it gone or changed fails with the
+// *fencestore.LostError itself, having written nothing.
 func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
-	key := s.prefix + a.Resource
-	if a.Resource == "" {
-		// Its key would be the identity record's.
-		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit: %w", errNoResource))
-	}
-	// On a Cluster the identity is the last one read (keeper.go).
-	if err := s.clusterLost(); err != nil {
-		return fencestore.Decision{}, err
+	key, err := s.markKey("admit", a.Resource)
+	if err != nil {
+		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
 	fkey, sameSlot := flightKey(key)
 	fl := s.barrierArg(a)
@@ -232,14 +225,15 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	if a.HasFloor {
 		c.floor = string(a.Floor.AppendValue(nil))
 	}
-	// The script checks the identity itself, except on a Cluster, where
-	// the identity key is in a slot of its own.
-	if want := s.expect.Load(); want != nil && *want != "" && !s.cluster {
-		c.id = [2]string{s.prefix, *want}
+	if want := s.expect.Load(); want != nil && *want != "" {
+		idKey, err := s.recordFor(key)
+		if err != nil {
+			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+		}
+		c.id = [2]string{idKey, *want}
 	}
 	var (
 		reply any
-		err   error
 		wait  *redis.IntCmd
 	)
 	switch {
@@ -265,12 +259,6 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	if err != nil {
 		s.abandon(a, fkey, fl)
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
-	}
-	// A loss the Cluster's check saw while the admission ran refuses it
-	// too.
-	if err := s.clusterLost(); err != nil {
-		s.Release(d.Flight)
-		return fencestore.Decision{}, err
 	}
 	if wait == nil {
 		return d, nil
