@@ -45,6 +45,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (seeds live in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRoutes$$' -fuzztime $(FUZZTIME) ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTemplate$$' -fuzztime $(FUZZTIME) ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzFoldPath$$' -fuzztime $(FUZZTIME) ./config
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSignedToken$$' -fuzztime $(FUZZTIME) ./internal/fencejwt
 
 bench: redis-server ## Go benchmarks, then the load comparison, open-loop latency and sweep (~9 min; regenerates docs/performance.*)
 	$(GO) test -run '^$$' -bench . -benchmem ./proxy ./fencestore/...
