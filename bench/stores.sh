@@ -18,7 +18,8 @@
 # stdout: one "stores[redis=durable]:" line: the median req/s per target; the
 # ratios etcd/redis-durable, cache-on/cache-off and each against go-plain, as
 # the median of the per-round ratios [min-max]; proxy CPU µs per request
-# (etcd's and Redis's own CPU not included).
+# (etcd's and Redis's own CPU not included); etcd-admissions/txn, the etcd
+# store's mean batch (admissions per etcd transaction over the whole run).
 # Raw rows: $OUT_DIR/stores.tsv (OUT_DIR defaults to the run directory).
 #
 # Env: ROUNDS=3 DURATION=8s WARMUP=2s CONNS=32 PORT_BASE=28100 (PORT_BASE..+15 must be free)
@@ -135,10 +136,16 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for t in "${TARGETS[@]}"; do measure "$results" durable "$r" "$t" "$CONNS" "$DURATION"; done
 done
 etcd_db=$(du -sh "$RUN_DIR/etcd" | cut -f1)
+# the mean batch: fenceproxy-etcd's admissions (admitted and stale, warm-up and checks included) per etcd
+# transaction (a batch of releases alone counts as one too)
+etcd_batch=$(awk -v d="$(fence_decisions fenceproxy-etcd)" -v txns="$(curl -s -m 5 "http://127.0.0.1:$PORT_ETCD/metrics" |
+  awk '/^grpc_server_handled_total\{.*grpc_method="Txn"/ { n += $NF } END { print n + 0 }')" 'BEGIN {
+  n = split(d, kv, /[,=]/); for (i = 1; i < n; i += 2) if (kv[i] == "admitted" || kv[i] == "stale") a += kv[i + 1]
+  printf "%.1f", (txns > 0 ? a / txns : 0) }')
 stop_all
 
 # medians, per-round ratio ranges, proxy CPU µs/request (median over rounds)
-awk -F'\t' -v checks="${checks# }" -v etcddb="$etcd_db" '
+awk -F'\t' -v checks="${checks# }" -v etcddb="$etcd_db" -v etcdbatch="$etcd_batch" '
   NR == 1 { next }
   { rps[$3, $2] = $5; us[$3, $2] = ($5 > 0 ? $14 * 1e6 / $5 : 0); bad[$3] += $11 + $12; if ($2 > R) R = $2 }
   function med(a, t,   n, i, j, v, x) { n = 0; for (i = 1; i <= R; i++) v[++n] = a[t, i]
@@ -156,5 +163,5 @@ awk -F'\t' -v checks="${checks# }" -v etcddb="$etcd_db" '
       ratio("fenceproxy-etcd", "go-plain"), ratio("fenceproxy-nocache", "go-plain")
     printf " | proxy-cpu-us/req go-plain=%.0f redis=%.0f etcd=%.0f nocache=%.0f", med(us, "go-plain"), \
       med(us, "fenceproxy"), med(us, "fenceproxy-etcd"), med(us, "fenceproxy-nocache")
-    printf " | rounds=%d non2xx+sockerr=%d/%d/%d/%d etcd-data=%s checks: %s\n", R, bad["go-plain"], bad["fenceproxy"], \
-      bad["fenceproxy-etcd"], bad["fenceproxy-nocache"], etcddb, checks }' "$results" | tee "$OUT_DIR/stores-summary.txt"
+    printf " | rounds=%d non2xx+sockerr=%d/%d/%d/%d etcd-data=%s etcd-admissions/txn=%s checks: %s\n", R, bad["go-plain"], \
+      bad["fenceproxy"], bad["fenceproxy-etcd"], bad["fenceproxy-nocache"], etcddb, etcdbatch, checks }' "$results" | tee "$OUT_DIR/stores-summary.txt"

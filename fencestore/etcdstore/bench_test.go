@@ -14,7 +14,8 @@ import (
 
 // BenchmarkAdmit: one member (fsync on), one client. "serial" is the
 // latency of one admission; "parallel" runs 64 goroutines per CPU over 16
-// resources, whose transactions share the client's gRPC connection.
+// resources, whose admissions share batches (at most one of each resource
+// in a batch: batch.go).
 func BenchmarkAdmit(b *testing.B) {
 	c := etcdtest.Start(b)
 	ctx := context.Background()

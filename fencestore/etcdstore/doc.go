@@ -48,32 +48,56 @@
 // # The admission transaction
 //
 // Each admission is one etcd transaction, nested transactions inside it
-// (txn.go draws the tree): if the identity record is the expected one
-// (after Expect; otherwise the transaction returns the record and Admit a
-// *fencestore.LostError), read the mark, and then, by comparisons of the
-// stored value with constants (absent; below the floor; below the
-// admission's own mark; below the token followed by ';', for ">=" without
-// a sequence), put the new mark or not, and register the flight when
-// admitted. Decide is expressed as those comparisons, so etcd decides in
-// one step and one round trip: there is no read before the write, and no
-// retry under contention, which an optimistic compare-and-swap on
-// ModRevision would need (two round trips, and more under contention).
-// Admit then runs fencestore.Admission.Decide, the reference, on the value
-// read in the same transaction, and requires etcd to have taken the branch
-// Decide takes: the Decision is the reference's, floor healing included,
-// and a corrupt value fails the admission (an error wrapping
+// (txn.go draws the tree): read the mark, and then, by comparisons of the
+// stored value with constants (below the admission's bound: its own mark,
+// or the token followed by ';' for ">=" without a sequence; below the
+// floor; below its own mark; absent), put the new mark or not, and
+// register the flight when admitted. Decide is expressed as those
+// comparisons, so etcd decides in one step and one round trip: there is
+// no read before the write, and no retry under contention, which an
+// optimistic compare-and-swap on ModRevision would need (two round trips,
+// and more under contention). Admit then runs
+// fencestore.Admission.Decide, the reference, on the value read in the
+// same transaction, and requires etcd to have taken the branch Decide
+// takes: the Decision is the reference's, floor healing included, and a
+// corrupt value fails the admission (an error wrapping
 // fencestore.ErrUnavailable). Every branch that writes also requires the
 // stored value to compare above 19 zeros, so that an empty value, a
 // shorter run of zeros or a value beginning below '0' is never
 // overwritten; a corrupt value whose leading bytes sort below the new mark
 // may be (forward, by those bytes), and that admission fails all the same.
 //
+// Group commit (batch.go): concurrent admissions go to etcd together, the
+// transaction of each nested in one transaction that first checks the
+// identity record (after Expect; otherwise it returns the record, and
+// every admission of the batch a *fencestore.LostError). While a batch is
+// on its way, new admissions queue, and the next batch takes them all
+// (another leaves beside it only for a long queue, since etcd spends about
+// as much on a transaction as on eight admissions, or once it has been in
+// flight for 50ms: it may be stuck on a member that stopped answering);
+// an idle admission goes at once, with no timer. So one gRPC call, one raft entry, one
+// apply and one fsync serve many admissions, and each keeps its own
+// decision. etcd evaluates every comparison of a transaction before any
+// of its writes, and refuses one that puts a key twice: two admissions of
+// one resource never share a batch (the later one waits for the next).
+// A batch stays within etcd's default --max-txn-ops (128, counted along
+// the nested transactions) and well within its --max-request-bytes. The
+// releases of the barrier ride the same batches (below). On the
+// project's two-core machine this took fenceproxy on one member from 0.42
+// to 0.60-0.65 of its throughput on durable Redis, measured in the same
+// runs (docs/performance.md).
+//
 // Stale is a Decision. Every etcd error, a deadline included, is an error
 // wrapping fencestore.ErrUnavailable (and the context's error when the
-// caller's context ended): fail closed. The client never re-sends a
-// transaction that may have reached a member, so an error is
-// indeterminate only in the way every store's is (the mark may have
-// advanced).
+// caller's context ended): fail closed. A batch is atomic, so an error of
+// its transaction is each of its admissions': one by which etcd refused
+// it whole without applying any of it, and that one admission can cause
+// (a lease etcd no longer has, a key its RBAC denies, a batch over the
+// server's own limits), splits the batch until that admission is alone;
+// any other error fails them all, and none is sent again. The client
+// never re-sends a transaction that may have reached a member, so an
+// error is indeterminate only in the way every store's is (the mark may
+// have advanced).
 //
 // Linearizability: a transaction that may write goes through raft, and
 // etcd applies the transactions of the cluster in one order, so
@@ -81,12 +105,7 @@
 // transaction has writes in its branches, so even one that writes nothing
 // is ordered by raft). Every read of the store (Get, List, Mark, Ping,
 // HasMarks, Identity, Drain's range reads) is linearizable (etcd's
-// ReadIndex), never serializable. Concurrent admissions are concurrent
-// RPCs on the client's gRPC connections (HTTP/2 multiplexes them); etcd
-// groups their raft entries into shared appends and fsyncs. Batching
-// several resources into one transaction was not needed: one member on
-// this project's two-core test machine decides about 6,000 admissions a
-// second from 128 goroutines, 1.5ms each one at a time (fsync on).
+// ReadIndex), never serializable.
 //
 // Raise and Reset, the operator's, read the mark and write it in a
 // transaction that compares ModRevision with the one read (retried on
@@ -107,9 +126,11 @@
 // watch from the admission's revision would be as exact, but etcd serves a
 // watch that begins in the past from its unsynced group, caught up every
 // 100ms: measured, that delayed wakes by up to 100ms.) Release queues the
-// key for deletion and returns; a sender deletes the queued keys in
-// transactions of up to 128, at most two at a time. A Drain wakes about
-// 2ms (median) after another replica's Release on one member.
+// key for deletion and returns; the deletion rides the next batch, ahead
+// of its admissions (so a release made before an admission was queued
+// goes in the same transaction, ahead of it, or in an earlier one), or
+// goes with other releases alone when no admission waits. A Drain wakes
+// about 2ms (median) after another replica's Release on one member.
 //
 // Leases time the flights on etcd's clock, not the replica's: nothing ever
 // keeps a lease alive, so a replica that dies, freezes or loses etcd holds

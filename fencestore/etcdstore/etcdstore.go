@@ -54,16 +54,19 @@ type Store struct {
 	replica string
 	ids     atomic.Uint64
 	leases  leases
-	rel     releases
 
-	// mu guards closed and bg.Add: Close waits for bg (releases, lease
-	// grants) once nothing can add to it.
+	// batch groups concurrent admissions, and the releases, into shared
+	// transactions (batch.go).
+	batch *batcher
+
+	// mu guards closed and bg.Add: Close waits for bg (the batches,
+	// lease grants) once nothing can add to it.
 	mu     sync.Mutex
 	closed bool
 	bg     sync.WaitGroup
 	done   chan struct{} // closed by Close
-	// bgCtx bounds the background work that Close cuts short (grants);
-	// releases run to their own timeout.
+	// bgCtx bounds the background work that Close cuts short (grants,
+	// batches of admissions); releases alone run to their own timeout.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 
@@ -97,6 +100,8 @@ func New(client *clientv3.Client, opts Options) *Store {
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.leases.s = s
+	s.batch = newBatcher(client, s.keys.identity, s.log, s.bgCtx, s.goBackground)
+	s.goBackground(func() { s.batch.run(s.done) })
 	return s
 }
 
@@ -149,8 +154,9 @@ func (s *Store) goBackground(fn func()) bool {
 }
 
 // Admit decides a against its resource's mark in one etcd transaction
-// (txn.go) and, with a.Flight, registers the admitted request in the
-// drain barrier in the same transaction.
+// (txn.go), which shares a batch with other admissions (batch.go), and,
+// with a.Flight, registers the admitted request in the drain barrier in
+// the same transaction.
 func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
 	if err := s.check(ctx); err != nil {
 		return fencestore.Decision{}, err
@@ -162,7 +168,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	if a.Flight > 0 {
 		rng := s.keys.flightRange(a.Resource)
 		id := fmt.Sprintf("%s.%016x", s.replica, s.ids.Add(1))
-		fl = &flightReg{key: flightKey(rng, a.Order(), id), older: rng}
+		fl = &flightReg{key: flightKey(rng, a.Order(), id)}
 	}
 	// A lease that etcd no longer has (it was revoked, or the cluster was
 	// restored from a backup) fails the whole transaction: nothing was
@@ -184,6 +190,32 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	}
 }
 
+// admit queues one admission transaction and waits for its batch.
+func (s *Store) admit(ctx context.Context, a fencestore.Admission, fl *flightReg) (fencestore.Decision, error) {
+	q := prepare(ctx, newPlan(s.keys.markKey(a.Resource), a, fl), s.expectation())
+	if !s.batch.add(q) {
+		return fencestore.Decision{}, errClosed
+	}
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		return fencestore.Decision{}, s.fail(ctx, fmt.Sprintf("admit %q", q.p.key), ctx.Err())
+	}
+	return s.decide(ctx, q)
+}
+
+// decide makes q's Decision from its batch's reply.
+func (s *Store) decide(ctx context.Context, q *queued) (fencestore.Decision, error) {
+	r := q.reply
+	switch {
+	case r.err != nil:
+		return fencestore.Decision{}, s.fail(ctx, fmt.Sprintf("admit %q", q.p.key), r.err)
+	case r.lost:
+		return fencestore.Decision{}, &fencestore.LostError{Want: q.expect, Found: r.found}
+	}
+	return q.p.interpret(r.rev, r.rs)
+}
+
 // Mark returns the resource's mark token, and false when it has none.
 func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error) {
 	m, ok, err := s.Get(ctx, resource)
@@ -203,8 +235,10 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close stops the store: later calls fail with an error wrapping
-// fencestore.ErrUnavailable. It waits for the releases already sent (each
-// bounded by releaseTimeout) and closes the client. It revokes no lease:
+// fencestore.ErrUnavailable, and so do the admissions still queued or in
+// a batch. It drops the releases still queued, waits for those already
+// sent alone (each bounded by releaseTimeout) and closes the client. It
+// revokes no lease:
 // the requests still in flight here hold the others back until their
 // records are released or their leases expire, as a replica that died
 // would. Closing twice is harmless.
@@ -214,6 +248,7 @@ func (s *Store) Close() error {
 		s.closed = true
 		close(s.done)
 		s.mu.Unlock()
+		s.batch.close()
 		s.bgCancel()
 		s.bg.Wait()
 		s.closeErr = s.client.Close()

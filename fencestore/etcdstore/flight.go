@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
@@ -19,9 +18,9 @@ import (
 // The drain barrier in etcd (doc.go has the layout). The admission
 // transaction puts the admitted request's in-flight key, attached to a
 // lease whose TTL covers the request's flight, and counts the keys of its
-// resource ordered before it. Drain watches that range from the
-// transaction's revision until it is empty; Release deletes the key in the
-// background; a replica that never releases (dead, frozen, cut off) holds
+// resource ordered before it. Drain watches that range until it is
+// empty; Release deletes the key in the background (with the next batch,
+// batch.go); a replica that never releases (dead, frozen, cut off) holds
 // the others back until etcd expires the lease, on etcd's clock.
 
 const (
@@ -203,85 +202,15 @@ func (s *Store) ours(f fencestore.Flight) bool {
 }
 
 // Release queues f's in-flight key for deletion and returns: nobody waits
-// for it. The queued keys are deleted in batches (one transaction of up to
-// maxReleaseBatch deletes, at most releaseSenders at once), so that under
-// load a release costs a fraction of an etcd write. A release that fails,
-// or that is still queued when the store closes, leaves its key until its
+// for it. The deletion rides the next batch (batch.go), so that under load
+// a release costs a fraction of an etcd write. A release that fails, or
+// that is still queued when the store closes, leaves its key until its
 // lease expires.
 func (s *Store) Release(f fencestore.Flight) {
 	if !f.Registered() || !s.ours(f) {
 		return
 	}
-	s.rel.add(s, f.Key)
-}
-
-const (
-	// maxReleaseBatch is the most deletes in one release transaction
-	// (etcd's --max-txn-ops is 128 by default).
-	maxReleaseBatch = 128
-	// releaseSenders is the most release transactions in flight at once.
-	releaseSenders = 2
-	// maxQueuedReleases bounds the releases waiting to be sent (an etcd
-	// that does not answer); past it a release is dropped, and its key
-	// waits for its lease.
-	maxQueuedReleases = 64 * 1024
-)
-
-// releases is the queue of in-flight keys to delete.
-type releases struct {
-	mu      sync.Mutex
-	queue   map[string]struct{} // a set: a key released twice is deleted once
-	senders int
-	dropped int
-}
-
-func (r *releases) add(s *Store, key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.queue == nil {
-		r.queue = make(map[string]struct{})
-	}
-	if len(r.queue) >= maxQueuedReleases {
-		if r.dropped++; r.dropped == 1 {
-			s.log.Warn("too many releases queued: dropping some, whose records hold later requests until their leases expire",
-				zap.Int("queued", len(r.queue)))
-		}
-		return
-	}
-	r.queue[key] = struct{}{}
-	if r.senders < releaseSenders && s.goBackground(func() { r.send(s) }) {
-		r.senders++
-	}
-}
-
-// send deletes queued keys, a batch at a time, until the queue is empty or
-// the store closed.
-func (r *releases) send(s *Store) {
-	for {
-		r.mu.Lock()
-		if len(r.queue) == 0 || s.isClosed() {
-			r.senders--
-			r.mu.Unlock()
-			return
-		}
-		ops := make([]clientv3.Op, 0, min(len(r.queue), maxReleaseBatch))
-		for k := range r.queue {
-			ops = append(ops, clientv3.OpDelete(k))
-			delete(r.queue, k)
-			if len(ops) == maxReleaseBatch {
-				break
-			}
-		}
-		r.dropped = 0
-		r.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		_, err := s.client.Txn(ctx).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			s.log.Warn("a release failed: its records hold later requests until their leases expire",
-				zap.Int("records", len(ops)), zap.Error(err))
-		}
-	}
+	s.batch.release(f.Key)
 }
 
 // Drain waits until no in-flight key of f's resource is ordered before

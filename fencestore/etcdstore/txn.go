@@ -1,13 +1,11 @@
 package etcdstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
@@ -17,38 +15,59 @@ import (
 // comparison of marks, (token, sequence) pairs included: the whole of
 // fencestore.Admission.Decide is a tree of nested etcd transactions
 // (Txn inside Txn), decided by etcd in one step, with no read before it
-// and no retry on contention. The tree, for an admission whose own mark
-// stored is N (the token, and ':' and the sequence when it has one):
+// and no retry on contention. Each admission is one such transaction; a
+// batch (batch.go) nests many of them, of distinct resources, in one
+// transaction that checks the identity record:
 //
 //	if identity == expected (only after Expect)
-//	then  get mark                          // what Decide is run on, below
-//	      if mark absent                    // (with a floor F: absent, or mark < F:
-//	      then put N, flight                //  put what Decide against F gives)
-//	      else if mark < W and mark > zeros19
-//	           then put N, flight           // admitted, the mark moves
-//	           else if mark < A and mark > zeros19   (only ">=" without a sequence)
-//	                then flight             // admitted, the mark stays
-//	                else (nothing)          // refused
+//	then  one transaction per admission of the batch, each:
+//	      get mark                          // what Decide is run on, below
+//	      if mark < B and mark > zeros19    // admitted
+//	      then flight
+//	           if mark < F                  // (only with a floor)
+//	           then put what Decide against F gives
+//	           else if mark < N then put N  // (the mark moves; only when
+//	                                        //  B is above N)
+//	      else if mark absent               // admitted
+//	           then put N, flight           // (with a floor F: put what
+//	                                        //  Decide against F gives)
+//	           else (nothing)               // refused
+//	      count the older flights           // (with a flight) read when admitted
 //	else  get identity                      // *fencestore.LostError
 //
-// W is N: a value below it is a mark that the admission passes and
-// replaces ("<" because, with a sequence and under ">", an equal mark
-// refuses). Under ">=" without a sequence an equal token is admitted
-// without a write, whatever sequence the mark has: A is the token followed
-// by ';', the byte after ':', which every mark of that token sorts below.
-// "flight" is the registration in the drain barrier: a put of the
-// request's in-flight key with its lease, and a count of the keys ordered
-// before it (flight.go).
+// N is the admission's own mark stored (the token, and ':' and the
+// sequence when it has one). B, the bound, is N: a value below it is a
+// mark that the admission passes and replaces ("<" because, with a
+// sequence and under ">", an equal mark refuses). Under ">=" without a
+// sequence an equal token is admitted without a write, whatever sequence
+// the mark has: B is then the token followed by ';', the byte after ':',
+// which every mark of that token sorts below, and only a mark below N
+// moves. The common case, a mark that admits, comes first: etcd evaluates
+// fewer comparisons for it. A floor that the token passes is below B, so
+// every mark at or above B is above the floor too. A floor that refuses
+// the token makes a smaller tree: absent or below the floor (and above
+// zeros19), put the floor's outcome back; refuse in every case. "flight"
+// is the put of the request's in-flight key with its lease (flight.go),
+// once on the path of every branch that admits; the count of the keys
+// ordered before it comes last, once, whatever branch was taken (its
+// range ends below the request's own key, so the put does not change it),
+// and is read only when the admission was admitted. Every put of the mark
+// under a present value requires it above zeros19 (well formed), so that
+// an empty value, a shorter run of zeros or a value beginning below '0' is
+// never overwritten.
 //
 // Admit then runs Decide on the mark it read in the same transaction, and
 // requires the branch that etcd took to be the one Decide takes: the
 // Decision comes from the reference code, and a stored value of another
 // shape (which byte order cannot judge) fails the admission.
+//
+// The tree is built as etcd's protocol messages, not with clientv3's Op
+// and Cmp: those copy every comparison three times by reflection
+// (proto.Clone), which cost as much CPU as the rest of the tree.
 
 // flightReg is an admission's registration in the barrier.
 type flightReg struct {
 	key   string // the in-flight key
-	older string // the start of the range of its resource's keys
 	lease *lease
 }
 
@@ -57,68 +76,65 @@ type flightReg struct {
 type leaf struct {
 	admitted bool
 	write    string // the value put, "" none
-	flight   bool   // the branch registered the flight (its last op counts the older ones)
+	flight   bool   // the branch put the in-flight key
 }
 
 // plan is an admission's tree, with its outcomes by path.
 type plan struct {
 	a      fencestore.Admission
 	key    string
+	mk     []byte // key, as etcd's messages carry it
 	fl     *flightReg
 	leaves map[string]leaf
+	// flightPut is the put of the in-flight key, shared by every branch
+	// that admits (nil without a flight).
+	flightPut *pb.RequestOp
 }
 
-func (p *plan) flightOps(admitted bool) []clientv3.Op {
-	if p.fl == nil || !admitted {
-		return nil
+func newPlan(key string, a fencestore.Admission, fl *flightReg) *plan {
+	p := &plan{a: a, key: key, mk: []byte(key), fl: fl, leaves: make(map[string]leaf, 6)}
+	if fl != nil {
+		p.flightPut = putOp([]byte(fl.key), "", int64(fl.lease.id))
 	}
-	from, end, _ := olderRange(p.fl.key)
-	return []clientv3.Op{
-		clientv3.OpPut(p.fl.key, "", clientv3.WithLease(p.fl.lease.id)),
-		clientv3.OpGet(from, clientv3.WithRange(end), clientv3.WithCountOnly()),
-	}
+	return p
 }
 
-// arm records the outcome at path and returns its ops.
-func (p *plan) arm(path string, l leaf) []clientv3.Op {
+// request returns the admission's own transaction: read the mark, decide,
+// and, with a flight, count the older flights.
+func (p *plan) request() *pb.RequestOp {
+	then := []*pb.RequestOp{getOp(p.mk), p.tree()}
+	if p.fl != nil {
+		from, end, _ := olderRange(p.fl.key)
+		then = append(then, countOp([]byte(from), []byte(end)))
+	}
+	return txnOp(nil, then, nil)
+}
+
+// arm records the outcome at path and returns its put of the mark, if it
+// writes one.
+func (p *plan) arm(path string, l leaf) []*pb.RequestOp {
 	l.flight = p.fl != nil && l.admitted
 	p.leaves[path] = l
-	ops := p.flightOps(l.admitted)
-	if l.write != "" {
-		ops = append([]clientv3.Op{clientv3.OpPut(p.key, l.write)}, ops...)
+	if l.write == "" {
+		return nil
 	}
-	return ops
+	return []*pb.RequestOp{putOp(p.mk, l.write, 0)}
+}
+
+// withFlight puts the flight's put before ops, those of a branch that
+// admits.
+func (p *plan) withFlight(ops []*pb.RequestOp) []*pb.RequestOp {
+	if p.flightPut == nil {
+		return ops
+	}
+	return append([]*pb.RequestOp{p.flightPut}, ops...)
 }
 
 // tree returns the decision (the txn below "get mark").
-func (p *plan) tree() clientv3.Op {
+func (p *plan) tree() *pb.RequestOp {
 	a := p.a
-	n := value(a.Order())
-	absent := clientv3.Compare(clientv3.Version(p.key), "=", 0)
-	wellFormed := clientv3.Compare(clientv3.Value(p.key), ">", zeros19)
-	// present is the tree under a mark that exists (and is not below the
-	// floor), from path.
-	present := func(path string) clientv3.Op {
-		var els []clientv3.Op
-		if !a.HasSequence && a.Compare == fencestore.AtLeast {
-			els = []clientv3.Op{clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(p.key), "<", n[:padWidth]+";"), wellFormed},
-				p.arm(path+"01", leaf{admitted: true}),
-				p.arm(path+"00", leaf{}),
-			)}
-		} else {
-			p.arm(path+"0", leaf{})
-		}
-		return clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(p.key), "<", n), wellFormed},
-			p.arm(path+"1", leaf{admitted: true, write: n}),
-			els,
-		)
-	}
 	if !a.HasFloor {
-		return clientv3.OpTxn([]clientv3.Cmp{absent},
-			p.arm("1", leaf{admitted: true, write: n}),
-			[]clientv3.Op{present("0")})
+		return p.admits(leaf{admitted: true, write: value(a.Order())}, nil)
 	}
 	// Below the floor, or absent: decide against the floor, and write back
 	// what that gives (at least the floor).
@@ -126,51 +142,101 @@ func (p *plan) tree() clientv3.Op {
 	noFloor.HasFloor = false
 	d, next, _ := noFloor.Decide(a.Floor, true)
 	regressed := leaf{admitted: d.Admitted, write: value(next)}
-	return clientv3.OpTxn([]clientv3.Cmp{absent},
-		p.arm("1", regressed),
-		[]clientv3.Op{clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(p.key), "<", value(a.Floor)), wellFormed},
-			p.arm("01", regressed),
-			[]clientv3.Op{present("00")},
-		)})
+	if d.Admitted {
+		return p.admits(regressed, &regressed)
+	}
+	// The floor refuses the token, and so does every mark at or above it:
+	// heal a mark below it, refuse.
+	return txnOp([]*pb.Compare{p.absent()}, p.arm("1", regressed), []*pb.RequestOp{txnOp(
+		[]*pb.Compare{valueCmp(p.mk, pb.Compare_LESS, value(a.Floor)), p.wellFormed()},
+		p.arm("01", regressed), p.arm("00", leaf{}))})
 }
 
-// admit runs one admission transaction.
-func (s *Store) admit(ctx context.Context, a fencestore.Admission, fl *flightReg) (fencestore.Decision, error) {
-	key := s.keys.markKey(a.Resource)
-	p := &plan{a: a, key: key, fl: fl, leaves: make(map[string]leaf, 4)}
-	then := []clientv3.Op{clientv3.OpGet(key), p.tree()}
-	txn := s.client.Txn(ctx)
-	expect := s.expectation()
-	if expect != "" {
-		txn = txn.If(clientv3.Compare(clientv3.Value(s.keys.identity), "=", expect)).
-			Then(then...).Else(clientv3.OpGet(s.keys.identity))
+// admits is the tree of an admission that passes its floor, if it has
+// one: a mark below its bound admits it, and it writes what the mark's
+// place gives (the floor's outcome below the floor, when regressed is not
+// nil; else N below N); so does an absent mark (absent is that outcome);
+// any other mark refuses it. The common case, a mark that admits, comes
+// first, so that etcd evaluates fewer comparisons. Every mark at or above
+// the bound is above the floor too.
+func (p *plan) admits(absent leaf, regressed *leaf) *pb.RequestOp {
+	n := value(p.a.Order())
+	bound := n
+	if !p.a.HasSequence && p.a.Compare == fencestore.AtLeast {
+		bound = n[:padWidth] + ";"
+	}
+	var writes []*pb.RequestOp
+	if regressed != nil {
+		writes = []*pb.RequestOp{txnOp([]*pb.Compare{valueCmp(p.mk, pb.Compare_LESS, value(p.a.Floor))},
+			p.arm("11", *regressed), p.moves("10", n, bound))}
 	} else {
-		txn = txn.Then(then...)
+		writes = p.moves("1", n, bound)
 	}
-	resp, err := txn.Commit()
-	if err != nil {
-		return fencestore.Decision{}, s.fail(ctx, fmt.Sprintf("admit %q", key), err)
+	return txnOp([]*pb.Compare{valueCmp(p.mk, pb.Compare_LESS, bound), p.wellFormed()},
+		p.withFlight(writes),
+		[]*pb.RequestOp{txnOp([]*pb.Compare{p.absent()}, p.withFlight(p.arm("01", absent)), p.arm("00", leaf{}))})
+}
+
+// moves returns the ops at path, under a mark that admits the token: a
+// mark below N moves to N; under ">=" without a sequence (bound above N),
+// a mark of the same token stays.
+func (p *plan) moves(path, n, bound string) []*pb.RequestOp {
+	if bound == n {
+		return p.arm(path, leaf{admitted: true, write: n})
 	}
-	if !resp.Succeeded {
-		found := ""
-		if r := resp.Responses[0].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
-			found = string(r.Kvs[0].Value)
-		}
-		return fencestore.Decision{}, &fencestore.LostError{Want: expect, Found: found}
-	}
-	return p.interpret(resp.Header.Revision, resp.Responses)
+	return []*pb.RequestOp{txnOp([]*pb.Compare{valueCmp(p.mk, pb.Compare_LESS, n)},
+		p.arm(path+"1", leaf{admitted: true, write: n}), p.arm(path+"0", leaf{admitted: true}))}
+}
+
+// absent holds when the mark's key has no value.
+func (p *plan) absent() *pb.Compare {
+	return &pb.Compare{Key: p.mk, Target: pb.Compare_VERSION, Result: pb.Compare_EQUAL,
+		TargetUnion: &pb.Compare_Version{Version: 0}}
+}
+
+// wellFormed holds for every well-formed value, and for none that could
+// be overwritten by mistake (zeros19).
+func (p *plan) wellFormed() *pb.Compare { return valueCmp(p.mk, pb.Compare_GREATER, zeros19) }
+
+// The protocol messages the transactions are made of.
+
+func valueCmp(key []byte, r pb.Compare_CompareResult, v string) *pb.Compare {
+	return &pb.Compare{Key: key, Target: pb.Compare_VALUE, Result: r, TargetUnion: &pb.Compare_Value{Value: []byte(v)}}
+}
+
+func getOp(key []byte) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}
+}
+
+func countOp(from, end []byte) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{
+		Key: from, RangeEnd: end, CountOnly: true}}}
+}
+
+func putOp(key []byte, v string, lease int64) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{
+		Key: key, Value: []byte(v), Lease: lease}}}
+}
+
+func txnOp(cmps []*pb.Compare, then, els []*pb.RequestOp) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+		Compare: cmps, Success: then, Failure: els}}}
 }
 
 // errShape reports a reply whose shape is not the transaction's.
 var errShape = errors.New("etcdstore: unexpected transaction reply")
 
-// interpret makes the Decision from the mark read and the branch taken.
+// interpret makes the Decision from the admission's own transaction's
+// replies (request): the mark read, the branch taken, the count.
 func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, error) {
 	fail := func(err error) (fencestore.Decision, error) {
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("etcdstore: admit %q: %w", p.key, err))
 	}
-	if len(rs) != 2 || rs[0].GetResponseRange() == nil || rs[1].GetResponseTxn() == nil {
+	want := 2
+	if p.fl != nil {
+		want = 3
+	}
+	if len(rs) != want || rs[0].GetResponseRange() == nil || rs[1].GetResponseTxn() == nil {
 		return fail(errShape)
 	}
 	var m fencestore.Mark
@@ -185,7 +251,6 @@ func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, e
 	// Follow the branches to the leaf.
 	path, tr := "", rs[1].GetResponseTxn()
 	var l leaf
-	var ops []*pb.ResponseOp
 	for {
 		if tr.Succeeded {
 			path += "1"
@@ -194,13 +259,14 @@ func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, e
 		}
 		var ok bool
 		if l, ok = p.leaves[path]; ok {
-			ops = tr.Responses
 			break
 		}
-		if len(tr.Responses) != 1 || tr.Responses[0].GetResponseTxn() == nil || len(path) > 4 {
+		// The txn that goes on is its branch's last op.
+		last := len(tr.Responses) - 1
+		if last < 0 || tr.Responses[last].GetResponseTxn() == nil || len(path) >= 4 {
 			return fail(errShape)
 		}
-		tr = tr.Responses[0].GetResponseTxn()
+		tr = tr.Responses[last].GetResponseTxn()
 	}
 	d, next, write := p.a.Decide(m, has)
 	if l.admitted != d.Admitted || (l.write != "") != write || (write && l.write != value(next)) {
@@ -209,7 +275,7 @@ func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, e
 		return fail(fmt.Errorf("the transaction took branch %s over mark %+v (present %v), which Decide does not", path, m, has))
 	}
 	if l.flight {
-		r := ops[len(ops)-1].GetResponseRange()
+		r := rs[2].GetResponseRange()
 		if r == nil {
 			return fail(errShape)
 		}

@@ -3,13 +3,22 @@
 // 127.0.0.1 ports, keeping its data in the test's temporary directory,
 // running in its own process group, and stopped by its PID when the test
 // ends; a member can be killed (SIGKILL), frozen (SIGSTOP), resumed and
-// restarted on its data, by its PID, never by name.
+// restarted on its data, by its PID, never by name. A member is killed by
+// the kernel too if the process that started it dies (Linux), so a killed
+// test leaves nothing on its ports.
 //
 // The binary is $FENCE_ETCD_BIN, else etcd on PATH (install-etcd.sh beside
 // this file installs the version the tests are written against). When
 // there is none the test fails with the command that installs it, unless
 // FENCE_SKIP_ETCD is set (to anything), which skips it: CI cannot skip
 // silently.
+//
+// The same code serves callers that are not tests (the fault harness in
+// faults/): FindBin, Launch, Cluster.Stop, Cluster.Dial,
+// Cluster.WaitLeader, Member.Relaunch and Until return errors, and the
+// functions that take a testing.TB (Bin, Start, StartCluster, StartConfig,
+// Client, NewClient, Leader, Restart, Poll) call them and end the test on
+// an error.
 package etcdtest
 
 import (
@@ -46,19 +55,36 @@ const (
 	stopTimeout = 5 * time.Second
 )
 
-// Bin returns the etcd binary, or ends the test (see the package doc).
-func Bin(t testing.TB) string {
-	t.Helper()
+// ErrNotFound is FindBin's error when there is no etcd binary.
+var ErrNotFound = errors.New("etcd not found: bash fencestore/etcdstore/etcdtest/install-etcd.sh installs it " +
+	"(or set FENCE_ETCD_BIN; FENCE_SKIP_ETCD=1 skips the etcd tests)")
+
+// FindBin returns the etcd binary: $FENCE_ETCD_BIN, else etcd on PATH, else
+// ErrNotFound.
+func FindBin() (string, error) {
 	if bin := os.Getenv("FENCE_ETCD_BIN"); bin != "" {
-		return bin
+		return bin, nil
 	}
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		if os.Getenv("FENCE_SKIP_ETCD") != "" {
+		return "", ErrNotFound
+	}
+	return bin, nil
+}
+
+// MaySkip reports whether FENCE_SKIP_ETCD is set: a caller that finds no
+// etcd binary then skips what needs it (visibly), instead of failing.
+func MaySkip() bool { return os.Getenv("FENCE_SKIP_ETCD") != "" }
+
+// Bin returns the etcd binary, or ends the test (see the package doc).
+func Bin(t testing.TB) string {
+	t.Helper()
+	bin, err := FindBin()
+	if err != nil {
+		if MaySkip() {
 			t.Skip("etcd not found (FENCE_SKIP_ETCD is set): bash fencestore/etcdstore/etcdtest/install-etcd.sh installs it")
 		}
-		t.Fatal("etcd not found: bash fencestore/etcdstore/etcdtest/install-etcd.sh installs it " +
-			"(or set FENCE_ETCD_BIN; FENCE_SKIP_ETCD=1 skips the etcd tests)")
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -86,11 +112,18 @@ type TLS struct {
 	ClientCert, ClientKey string
 }
 
-// Config describes a cluster for StartConfig.
+// Config describes a cluster for StartConfig and Launch.
 type Config struct {
 	Members int  // how many; 0 means 1
 	TLS     *TLS // nil: plain http
 	Args    []string
+	// Bin is the etcd binary; empty: FindBin's (Launch), Bin's
+	// (StartConfig).
+	Bin string
+	// Dir is where the members' directories are made (each start attempt
+	// makes new ones). Launch needs it; StartConfig uses the test's
+	// temporary directory when it is empty.
+	Dir string
 }
 
 // Cluster is a set of members started together.
@@ -115,27 +148,55 @@ func StartCluster(t testing.TB, n int, args ...string) *Cluster {
 	return StartConfig(t, Config{Members: n, Args: args})
 }
 
-// StartConfig starts a cluster as StartCluster does, as cfg describes.
+// StartConfig starts a cluster as StartCluster does, as cfg describes,
+// and stops it when the test ends.
 func StartConfig(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
-	bin := Bin(t)
+	if cfg.Bin == "" {
+		cfg.Bin = Bin(t)
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	c, err := Launch(cfg)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// Launch starts a cluster as cfg describes (the members as StartCluster
+// starts them, each in a new directory under cfg.Dir) and waits until
+// every member reports itself healthy. A start that fails (a free port
+// taken meanwhile) is tried again on other ports, twice. The caller stops
+// the cluster (Stop).
+func Launch(cfg Config) (*Cluster, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("etcdtest: Launch needs Config.Dir")
+	}
+	if cfg.Bin == "" {
+		bin, err := FindBin()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Bin = bin
+	}
 	if cfg.Members <= 0 {
 		cfg.Members = 1
 	}
 	var lastErr error
 	for range 3 {
-		c, err := tryCluster(t, bin, cfg)
+		c, err := tryCluster(cfg)
 		if err == nil {
-			t.Cleanup(c.stop)
-			return c
+			return c, nil
 		}
 		lastErr = err
 	}
-	t.Fatalf("etcdtest: %v", lastErr)
-	return nil
+	return nil, lastErr
 }
 
-func tryCluster(t testing.TB, bin string, cfg Config) (*Cluster, error) {
+func tryCluster(cfg Config) (*Cluster, error) {
 	var tok [6]byte
 	_, _ = rand.Read(tok[:])
 	c := &Cluster{}
@@ -146,7 +207,12 @@ func tryCluster(t testing.TB, bin string, cfg Config) (*Cluster, error) {
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, err
 		}
-		m := &Member{Name: "m" + strconv.Itoa(i), clientPort: cp, peerPort: pp, dir: t.TempDir(), tls: cfg.TLS}
+		name := "m" + strconv.Itoa(i)
+		dir, err := os.MkdirTemp(cfg.Dir, "etcd-"+name+"-")
+		if err != nil {
+			return nil, err
+		}
+		m := &Member{Name: name, clientPort: cp, peerPort: pp, dir: dir, tls: cfg.TLS}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.PeerURL())
 	}
@@ -164,16 +230,16 @@ func tryCluster(t testing.TB, bin string, cfg Config) (*Cluster, error) {
 			"--logger", "zap", "--log-level", "warn", "--log-outputs", "stderr",
 		}, m.tlsArgs()...)
 		m.args = append(m.args, cfg.Args...)
-		m.proc = &childproc.Proc{Name: "etcd " + m.Name, Bin: bin, Args: m.args, Dir: m.dir,
-			Log: filepath.Join(m.dir, "etcd.log")}
+		m.proc = &childproc.Proc{Name: "etcd " + m.Name, Bin: cfg.Bin, Args: m.args, Dir: m.dir,
+			Log: filepath.Join(m.dir, "etcd.log"), KillWithParent: true}
 		if err := m.proc.Start(); err != nil {
-			c.stop()
+			c.Stop()
 			return nil, err
 		}
 	}
 	for _, m := range c.Members {
 		if err := m.waitHealthy(); err != nil {
-			c.stop()
+			c.Stop()
 			return nil, fmt.Errorf("etcd %s: %w\n%s", m.Name, err, m.proc.LogTail(3000))
 		}
 	}
@@ -189,8 +255,11 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// stop ends every member still running.
-func (c *Cluster) stop() {
+// Stop ends every member still running (SIGTERM, and SIGKILL after 5s),
+// by its PID, one after the other, and returns when they have exited.
+// (Stopped all at once, the members each wait for the others until the
+// SIGKILL: measured, 5s against 1 to 2s one by one.)
+func (c *Cluster) Stop() {
 	for _, m := range c.Members {
 		if m.proc != nil {
 			m.proc.Term(stopTimeout)
@@ -207,49 +276,74 @@ func (c *Cluster) Endpoints() []string {
 	return eps
 }
 
-// Client returns a client of every member (NewClient), closed when the
-// test ends if nothing closed it before (a store closes the client it was
+// Client returns a client of every member (Dial), closed when the test
+// ends if nothing closed it before (a store closes the client it was
 // given).
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	if c.Members[0].tls == nil {
-		return NewClient(t, c.Endpoints()...)
-	}
-	tc, err := c.Members[0].clientTLS()
+	cl, err := c.Dial()
 	if err != nil {
 		t.Fatalf("etcdtest: %v", err)
 	}
-	cl, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tc})
-	if err != nil {
-		t.Fatalf("etcdtest: client: %v", err)
-	}
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
+}
+
+// Dial returns a client of the given members (every member when none is
+// given), with the cluster's TLS and no logging. The caller closes it.
+func (c *Cluster) Dial(members ...*Member) (*clientv3.Client, error) {
+	if len(members) == 0 {
+		members = c.Members
+	}
+	eps := make([]string, len(members))
+	for i, m := range members {
+		eps[i] = m.Endpoint()
+	}
+	tc, err := members[0].clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	return dial(eps, tc)
+}
+
+func dial(endpoints []string, tc *tls.Config) (*clientv3.Client, error) {
+	cl, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tc})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return cl, nil
 }
 
 // NewClient returns a client of the given plain-http endpoints with no
 // logging, closed when the test ends.
 func NewClient(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	cl, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cl, err := dial(endpoints, nil)
 	if err != nil {
-		t.Fatalf("etcdtest: client: %v", err)
+		t.Fatalf("etcdtest: %v", err)
 	}
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
 }
 
 // Leader returns the member that is leader now, as the running members
-// report it, waiting up to timeout for one to be elected.
+// report it, waiting up to timeout for one to be elected (WaitLeader).
 func (c *Cluster) Leader(t testing.TB, timeout time.Duration) *Member {
 	t.Helper()
+	m, err := c.WaitLeader(timeout)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	return m
+}
+
+// WaitLeader returns the member that is leader now: a running member whose
+// status (etcd's maintenance Status call) names itself leader. It asks
+// every 20ms until one does, for up to timeout. A member that was killed
+// is not asked; a frozen one does not answer.
+func (c *Cluster) WaitLeader(timeout time.Duration) (*Member, error) {
 	var leader *Member
-	Poll(t, timeout, "a leader", func() error {
-		var id uint64
+	err := Until(timeout, "a leader", func() error {
 		for _, m := range c.Members {
 			if m.proc.Exited() {
 				continue
@@ -259,17 +353,13 @@ func (c *Cluster) Leader(t testing.TB, timeout time.Duration) *Member {
 				continue
 			}
 			if st.Leader != 0 && st.Leader == st.Header.MemberId {
-				id = st.Leader
 				leader = m
-				break
+				return nil
 			}
 		}
-		if id == 0 {
-			return errors.New("no running member is leader")
-		}
-		return nil
+		return errors.New("no running member is leader")
 	})
-	return leader
+	return leader, err
 }
 
 func (m *Member) status() (*clientv3.StatusResponse, error) {
@@ -353,18 +443,27 @@ func (m *Member) Stop() { _ = m.proc.Stop() }
 // Cont resumes a member frozen by Stop.
 func (m *Member) Cont() { _ = m.proc.Cont() }
 
-// Restart starts the member again on its ports, data and arguments (it
-// rejoins its cluster from its data directory), stopping it first if it
-// runs, and waits until it reports itself healthy.
+// Restart starts the member again on its ports, data and arguments
+// (Relaunch), or ends the test.
 func (m *Member) Restart(t testing.TB) {
 	t.Helper()
+	if err := m.Relaunch(); err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+}
+
+// Relaunch starts the member again on its ports, data and arguments (it
+// rejoins its cluster from its data directory), stopping it first if it
+// runs, and waits until it reports itself healthy.
+func (m *Member) Relaunch() error {
 	m.proc.Term(stopTimeout)
 	if err := m.proc.Start(); err != nil {
-		t.Fatalf("etcdtest: restart %s: %v", m.Name, err)
+		return fmt.Errorf("restart %s: %w", m.Name, err)
 	}
 	if err := m.waitHealthy(); err != nil {
-		t.Fatalf("etcdtest: restart %s: %v\n%s", m.Name, err, m.proc.LogTail(3000))
+		return fmt.Errorf("restart %s: %w\n%s", m.Name, err, m.proc.LogTail(3000))
 	}
+	return nil
 }
 
 // LogTail returns the last n bytes of the member's log.
@@ -420,18 +519,27 @@ func (m *Member) waitHealthy() error {
 }
 
 // Poll calls cond every 20ms until it returns nil or timeout passes, and
-// then fails the test with what, the last error and the time waited.
+// then fails the test with what, the last error and the time waited
+// (Until).
 func Poll(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
+	if err := Until(timeout, what, cond); err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+}
+
+// Until calls cond every 20ms until it returns nil, or timeout passes: then
+// it returns an error with what, the time waited and cond's last error.
+func Until(timeout time.Duration, what string, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	t0 := time.Now()
 	for {
 		err := cond()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("etcdtest: %s: not within %v: %v", what, time.Since(t0).Round(time.Millisecond), err)
+			return fmt.Errorf("%s: not within %v: %w", what, time.Since(t0).Round(time.Millisecond), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
