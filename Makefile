@@ -29,13 +29,13 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
-faults: build redis-server ## fault and load suite, bounded (CI): one scenario= line per scenario, exit 1 on a safety failure
+faults: build redis-server etcd ## fault and load suite, bounded (CI): one scenario= line per scenario, exit 1 on a safety failure
 	cd faults && $(GO) run ./cmd/faults -mode short -bin ../bin/fenceproxy
 
-faults-long: build redis-server ## the same, longer, with more injections (about 10 minutes)
+faults-long: build redis-server etcd ## the same, longer, with more injections (about 10 minutes)
 	cd faults && $(GO) run ./cmd/faults -mode long -bin ../bin/fenceproxy
 
-faults-test: redis-server ## the suite's own tests: the checker on bad histories, and broken systems that must fail
+faults-test: redis-server etcd ## the suite's own tests: the checker on bad histories, and broken systems that must fail
 	cd faults && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 FUZZTIME ?= 30s

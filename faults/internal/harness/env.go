@@ -11,8 +11,10 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fenceproxy/fenceproxy/faults/check"
+	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore/etcdtest"
 )
 
 // params are the sizes and durations of a mode.
@@ -57,6 +59,7 @@ const (
 	single         topology = iota // one redis-server, AOF always
 	sentinelWait                   // master + 1 replica + 3 sentinels, MIN_REPLICAS=1
 	sentinelNoWait                 // the same, MIN_REPLICAS=0, replication through a lagging link
+	etcdCluster                    // three etcd members (etcdtest), FENCE_STORE=etcd
 )
 
 // scenario is one fault (or load) pattern.
@@ -122,9 +125,13 @@ type env struct {
 	replica  *Redis
 	sents    *sentinelGroup
 	proxies  []*Replica
-	rc       redis.UniversalClient // the reader's client
-	rd       *reader
-	ld       *load
+	rc       redis.UniversalClient // the reader's client (Redis topologies)
+	etcd     *etcdtest.Cluster     // the etcd topology's members
+	ec       *clientv3.Client      // the reader's client of every member (etcd)
+	// etcdKills are the etcd-leader-kill rounds.
+	etcdKills []etcdKill
+	rd        *reader
+	ld        *load
 
 	mu         sync.Mutex
 	windows    []window
@@ -258,13 +265,23 @@ func (e *env) setup() error {
 		e.rc = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster",
 			SentinelAddrs: e.sents.addrs(), MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
 			PoolSize: 2, DisableIdentity: true})
+	case etcdCluster:
+		if err := e.startEtcd(proxyEnv); err != nil {
+			return err
+		}
 	}
 	if e.opts.Break == "memory" {
 		// Each replica keeps its own marks: cross-replica fencing is gone.
 		proxyEnv = e.proxyEnv()
 		proxyEnv["FENCE_STORE"] = "memory"
-		_ = e.rc.Close()
-		e.rc = nil
+		if e.rc != nil {
+			_ = e.rc.Close()
+			e.rc = nil
+		}
+		if e.ec != nil {
+			_ = e.ec.Close()
+			e.ec = nil
+		}
 	}
 	for i := range 2 {
 		r, err := e.h.startProxy(i, e.up.URL(), proxyEnv, true)
@@ -278,6 +295,10 @@ func (e *env) setup() error {
 		if e.sc.topo == sentinelWait {
 			e.rd.minReplicas = 1
 		}
+	}
+	if e.ec != nil {
+		e.rd = newReader(nil, e.clock, "fence:", p.resources)
+		e.rd.fetch = etcdFetch(e.ec)
 	}
 	return nil
 }
@@ -320,11 +341,17 @@ func (e *env) newToxic(name, upstream string) (*Toxic, error) {
 
 func (e *env) teardown() {
 	e.h.procs.stopAll()
+	if e.etcd != nil {
+		e.etcd.Stop()
+	}
 	for _, t := range e.toxics {
 		t.Close()
 	}
 	if e.rc != nil {
 		_ = e.rc.Close()
+	}
+	if e.ec != nil {
+		_ = e.ec.Close()
 	}
 	if e.up != nil {
 		e.up.close()
@@ -345,7 +372,7 @@ func (e *env) readNow(timeout time.Duration) ([]check.Op, error) {
 			return e.rd.history()[n:], nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("reading the marks from Redis: %w", err)
+			return nil, fmt.Errorf("reading the marks from the store: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -308,11 +308,15 @@ func (l *load) history() []check.Op {
 	return append([]check.Op(nil), l.ops...)
 }
 
-// reader reads every resource's mark straight from Redis (MGET, one atomic
-// snapshot), as operations of the history: a mark that goes backwards in the
-// store shows here even when no request happens to expose it.
+// reader reads every resource's mark straight from the store (Redis: MGET;
+// etcd: one linearizable range read; either one atomic snapshot), as
+// operations of the history: a mark that goes backwards in the store shows
+// here even when no request happens to expose it.
 type reader struct {
-	c redis.UniversalClient
+	c redis.UniversalClient // nil when fetch reads another store
+	// fetch reads every mark, in the order of keys (0: none); nil means
+	// MGET on c.
+	fetch func(ctx context.Context, keys []string) ([]uint64, error)
 	// minReplicas, when above zero, keeps only the reads that many replicas
 	// have acknowledged: with FENCE_REDIS_MIN_REPLICAS only acknowledged marks
 	// are promised to survive a failover, and the primary also holds marks of
@@ -342,22 +346,21 @@ func (rd *reader) read(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	call := rd.clock.now()
-	vals, err := rd.mget(ctx)
+	var marks []uint64
+	var err error
+	if rd.fetch != nil {
+		marks, err = rd.fetch(ctx, rd.keys)
+	} else {
+		var vals []any
+		if vals, err = rd.mget(ctx); err == nil {
+			marks, err = redisMarks(rd.keys, vals)
+		}
+	}
 	ret := rd.clock.now()
 	if err != nil {
 		return err
 	}
-	ops := make([]check.Op, 0, len(vals))
-	for i, v := range vals {
-		var mark uint64
-		if s, ok := v.(string); ok {
-			if _, err := fmt.Sscan(s, &mark); err != nil {
-				return fmt.Errorf("mark %s = %q", rd.keys[i], s)
-			}
-		}
-		ops = append(ops, check.Op{Client: -1, Replica: -1, Resource: rd.res[i], Outcome: check.Read,
-			Mark: mark, Call: call, Return: ret})
-	}
+	ops := rd.readOps(marks, call, ret)
 	rd.mu.Lock()
 	rd.ops = append(rd.ops, ops...)
 	rd.mu.Unlock()
@@ -400,18 +403,34 @@ func (rd *reader) snapshot(addr string) ([]check.Op, error) {
 		return nil, fmt.Errorf("MGET on %s: %w", addr, err)
 	}
 	ret := rd.clock.now()
-	ops := make([]check.Op, 0, len(vals))
+	marks, err := redisMarks(rd.keys, vals)
+	if err != nil {
+		return nil, err
+	}
+	return rd.readOps(marks, call, ret), nil
+}
+
+// readOps turns one snapshot of the marks into read operations.
+func (rd *reader) readOps(marks []uint64, call, ret int64) []check.Op {
+	ops := make([]check.Op, 0, len(marks))
+	for i, m := range marks {
+		ops = append(ops, check.Op{Client: -1, Replica: -1, Resource: rd.res[i], Outcome: check.Read,
+			Mark: m, Call: call, Return: ret})
+	}
+	return ops
+}
+
+// redisMarks parses MGET's values (a missing key is nil: mark 0).
+func redisMarks(keys []string, vals []any) ([]uint64, error) {
+	marks := make([]uint64, len(vals))
 	for i, v := range vals {
-		var mark uint64
 		if s, ok := v.(string); ok {
-			if _, err := fmt.Sscan(s, &mark); err != nil {
-				return nil, fmt.Errorf("mark %s = %q", rd.keys[i], s)
+			if _, err := fmt.Sscan(s, &marks[i]); err != nil {
+				return nil, fmt.Errorf("mark %s = %q", keys[i], s)
 			}
 		}
-		ops = append(ops, check.Op{Client: -1, Replica: -1, Resource: rd.res[i], Outcome: check.Read,
-			Mark: mark, Call: call, Return: ret})
 	}
-	return ops, nil
+	return marks, nil
 }
 
 // run reads every interval until ctx is done.

@@ -33,6 +33,9 @@ func scenarios(p params) []*scenario {
 		{name: "slow-upstream", topo: single, upstreamTimeout: 5 * time.Second, inject: slowUpstream, hold: holdOneIn(holdEvery, holdMin, holdMax), fields: slowUpstreamFields, judge: judgeSlowUpstream},
 		{name: "sentinel-failover", topo: sentinelWait, inject: failover, expect: expectUnavailable(-1), fields: lostFields},
 		{name: "sentinel-failover-nowait", measure: true, topo: sentinelNoWait, inject: failover, fields: lostHealedFields, healed: true},
+		// Three etcd members; the leader SIGKILLed mid-load, a new one
+		// elected, the killed member restarted on its data.
+		{name: "etcd-leader-kill", topo: etcdCluster, inject: etcdLeaderKill, expect: expectEtcdKill, fields: etcdKillFields},
 		{name: "load", topo: single, workers: p.loadWorkers, inject: steadyLoad, measures: loadMeasures},
 		// The same load without the barrier: what it buys.
 		{name: "load-drain-off", topo: single, drainOff: true, workers: p.loadWorkers, inject: steadyLoad, fields: drainOffFields},
