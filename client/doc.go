@@ -14,8 +14,9 @@
 // What it guarantees:
 //
 //   - A request sent through Transport carries exactly one token header, whose
-//     value is the canonical decimal of the token in its context; any value the
-//     caller set is replaced. A request whose context has no token is not sent
+//     value is the canonical decimal of the token in its context, or, for a
+//     proxy that verifies signed tokens, the signed token of its context
+//     (WithSignedToken) byte for byte; any value the caller set is replaced. A request whose context has no token is not sent
 //     at all (ErrNoToken) unless Transport.Optional says so, so a forgotten
 //     WithToken fails in the caller, not as a 428 from the proxy.
 //   - On a route that fenceproxy orders by a sequence as well, a context with
@@ -38,6 +39,7 @@
 //
 // The package imports nothing but the standard library, and nothing of the
 // proxy, so depending on it does not pull the proxy into a program. A lease
-// that mints tokens is in the sub-package redislease; tokens from other lease
-// services are discussed in docs/tokens.md.
+// that mints tokens (and, given a private key, signed tokens) is in the
+// sub-package redislease; tokens from other lease services, and signed
+// tokens, are discussed in docs/tokens.md.
 package client

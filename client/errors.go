@@ -17,6 +17,19 @@ var (
 	// uint64 (400, urn:fenceproxy:token-malformed). The header name the proxy
 	// expects may differ from Transport.Header.
 	ErrTokenMalformed = errors.New("fenceproxy: malformed fencing token")
+	// ErrTokenInvalid: the proxy verifies signed tokens
+	// (FENCE_TOKEN_KEYS_FILE) and this one is not valid (401,
+	// urn:fenceproxy:token-invalid): not a signed token at all (a plain
+	// number included), a bad signature, a key id the proxy does not know,
+	// expired or not yet valid, or missing claims; ProblemError.Detail says
+	// which. The mark was not touched. An expired token needs a fresh one
+	// (renew the lease); the others are a configuration mismatch between the
+	// lease service's key and the proxy's keys file.
+	ErrTokenInvalid = errors.New("fenceproxy: invalid signed fencing token")
+	// ErrTokenWrongResource: the signed token is valid but its res claim
+	// does not cover the resource the request acts on (403,
+	// urn:fenceproxy:token-wrong-resource). The mark was not touched.
+	ErrTokenWrongResource = errors.New("fenceproxy: signed fencing token for another resource")
 	// ErrBadRequest: the proxy could not name the resource the request acts on,
 	// or the path is ambiguous (400, urn:fenceproxy:bad-request).
 	ErrBadRequest = errors.New("fenceproxy: bad request")

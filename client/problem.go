@@ -20,6 +20,8 @@ const (
 	typeStaleToken       = typePrefix + "stale-token"
 	typeTokenRequired    = typePrefix + "token-required"
 	typeTokenMalformed   = typePrefix + "token-malformed"
+	typeTokenInvalid     = typePrefix + "token-invalid"
+	typeWrongResource    = typePrefix + "token-wrong-resource"
 	typeBadRequest       = typePrefix + "bad-request"
 	typeStoreUnavailable = typePrefix + "store-unavailable"
 
@@ -111,6 +113,10 @@ func (e *ProblemError) Is(target error) bool {
 		return target == ErrTokenRequired
 	case typeTokenMalformed:
 		return target == ErrTokenMalformed
+	case typeTokenInvalid:
+		return target == ErrTokenInvalid
+	case typeWrongResource:
+		return target == ErrTokenWrongResource
 	case typeBadRequest:
 		return target == ErrBadRequest
 	case typeStoreUnavailable:

@@ -18,7 +18,7 @@ var sentinels = []error{
 	client.ErrStaleToken, client.ErrTokenRequired, client.ErrTokenMalformed,
 	client.ErrBadRequest, client.ErrStoreUnavailable, client.ErrNoToken,
 	client.ErrStaleSequence, client.ErrSequenceRequired, client.ErrSequenceMalformed,
-	client.ErrSequenceExhausted,
+	client.ErrSequenceExhausted, client.ErrTokenInvalid, client.ErrTokenWrongResource,
 }
 
 // Each refusal of the contract's table becomes its sentinel, with every field
@@ -70,6 +70,22 @@ func TestTransportProblems(t *testing.T) {
 			},
 			want: client.ProblemError{Status: 400, Type: "urn:fenceproxy:token-malformed", Title: "Malformed fencing token", Detail: "Fencing-Token: leading zero"},
 			is:   client.ErrTokenMalformed,
+		},
+		{
+			name: "signed token invalid",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, wireProblem{Type: "urn:fenceproxy:token-invalid", Title: "Invalid fencing token", Status: 401, Detail: "Fencing-Token: expired at 2026-11-30T12:00:00Z (leeway 5s)", Route: "r"})
+			},
+			want: client.ProblemError{Status: 401, Type: "urn:fenceproxy:token-invalid", Title: "Invalid fencing token", Detail: "Fencing-Token: expired at 2026-11-30T12:00:00Z (leeway 5s)", Route: "r"},
+			is:   client.ErrTokenInvalid,
+		},
+		{
+			name: "signed token for another resource",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, wireProblem{Type: "urn:fenceproxy:token-wrong-resource", Title: "Fencing token for another resource", Status: 403, Detail: `the signed token is valid for "orders/7" only (its res claim)`, Route: "r", Resource: "orders/42", Token: "42"})
+			},
+			want: client.ProblemError{Status: 403, Type: "urn:fenceproxy:token-wrong-resource", Title: "Fencing token for another resource", Detail: `the signed token is valid for "orders/7" only (its res claim)`, Route: "r", Resource: "orders/42", Token: 42},
+			is:   client.ErrTokenWrongResource,
 		},
 		{
 			name: "bad request",

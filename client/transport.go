@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -16,8 +18,9 @@ const DefaultHeader = "Fencing-Token"
 const DefaultSequenceHeader = "Fencing-Sequence"
 
 // Transport is an http.RoundTripper that sends each request with the fencing
-// token of its context (see WithToken), and the sequence when the context has
-// one (see WithSequence), and turns fenceproxy's refusals into errors. The zero
+// token of its context (see WithToken, and WithSignedToken for a proxy that
+// verifies signed tokens), and the sequence when the context has one (see
+// WithSequence), and turns fenceproxy's refusals into errors. The zero
 // value is ready to use: it sends through http.DefaultTransport with the
 // headers Fencing-Token and Fencing-Sequence and refuses to send a request
 // whose context has no token.
@@ -75,19 +78,20 @@ type Transport struct {
 var _ http.RoundTripper = (*Transport)(nil)
 
 // RoundTrip sends a clone of req with the token header set to the canonical
-// decimal of the token in req's context, and the sequence header to that of
+// decimal of the token in req's context, or to its signed token as it is
+// (WithSignedToken), and the sequence header to that of
 // the sequence its context gives (a fresh number from a Sequence on every
 // call), replacing any value the caller set under any spelling of either
 // header's name; req itself is not modified. A request whose context gives no
 // sequence is sent without the sequence header. See Transport for what it
 // returns.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	token, ok := TokenFromContext(req.Context())
+	token, ok, err := tokenValue(req.Context())
 	seqv, hasSeq := sequenceFromContext(req.Context())
 	name, seqName := t.header(), t.sequenceHeader()
 	var seq uint64
-	var err error
 	switch {
+	case err != nil:
 	case !ok && (hasSeq || !t.Optional):
 		err = ErrNoToken
 	case hasSeq && strings.EqualFold(seqName, name):
@@ -117,7 +121,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	if ok {
-		out.Header[name] = []string{strconv.FormatUint(token, 10)}
+		out.Header[name] = []string{token}
 		if hasSeq {
 			out.Header[seqName] = []string{strconv.FormatUint(seq, 10)}
 		}
@@ -131,6 +135,29 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// tokenValue is the token header's value for ctx, and whether ctx carries a
+// token: the canonical decimal of a plain token, or a signed token byte for
+// byte. A signed token that a header cannot carry unchanged is an error
+// rather than something to clean up: trimming or escaping it would break its
+// signature, and the caller would then meet a 401 far from the cause.
+func tokenValue(ctx context.Context) (string, bool, error) {
+	switch v := ctx.Value(tokenKey{}).(type) {
+	case uint64:
+		return strconv.FormatUint(v, 10), true, nil
+	case signedToken:
+		if v == "" {
+			return "", true, errors.New("client: the signed token in the request context is empty")
+		}
+		for i := 0; i < len(v); i++ {
+			if v[i] <= ' ' || v[i] > '~' {
+				return "", true, fmt.Errorf("client: the signed token in the request context has %q at byte %d: only visible ASCII can be sent unchanged", v[i], i)
+			}
+		}
+		return string(v), true, nil
+	}
+	return "", false, nil
 }
 
 // CloseIdleConnections closes the idle connections of Base if it has such a

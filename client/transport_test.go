@@ -90,6 +90,78 @@ func TestTransportSetsTokenHeader(t *testing.T) {
 	}
 }
 
+// A signed token is sent byte for byte, replacing whatever the caller set,
+// with the sequence when the context has one; the innermost of WithToken and
+// WithSignedToken decides.
+func TestTransportSendsSignedTokenUnchanged(t *testing.T) {
+	// Shaped like a real one: base64url parts, with '-' and '_', and long.
+	jws := "eyJhbGciOiJFZERTQSIsImtpZCI6ImsxIiwidHlwIjoiSldUIn0.eyJmZW5jZSI6IjE4NDQ2NzQ0MDczNzA5NTUxNjE1IiwiZXhwIjoxNzk2MDg0NTg4fQ.cQYLKcw4mdg0A6Y5tsrQ-MZI54uImK_9yFB2O3NS2np3Cy9tweNEW6tL4WgXtoqOzuw6vGuGbsQfb0pI9A3ZDg"
+	seq := &client.Sequence{}
+	tests := []struct {
+		name      string
+		ctx       context.Context
+		prep      func(*http.Request)
+		wantToken string
+		wantSeq   []string // nil: no sequence header
+	}{
+		{name: "as given", ctx: client.WithSignedToken(context.Background(), jws), wantToken: jws},
+		{
+			name: "replaces the caller's values", ctx: client.WithSignedToken(context.Background(), jws),
+			prep:      func(r *http.Request) { r.Header.Set("Fencing-Token", "7"); r.Header["fencing-token"] = []string{"8"} },
+			wantToken: jws,
+		},
+		{name: "over a plain token", ctx: client.WithSignedToken(client.WithToken(context.Background(), 42), jws), wantToken: jws},
+		{name: "under a plain token", ctx: client.WithToken(client.WithSignedToken(context.Background(), jws), 42), wantToken: "42"},
+		{name: "with a sequence", ctx: client.WithSequence(client.WithSignedToken(context.Background(), jws), seq), wantToken: jws, wantSeq: []string{"1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := newRecorder(t, nil)
+			if _, err := do(t, rec, &client.Transport{}, tt.ctx, tt.prep); err != nil {
+				t.Fatalf("Do: %v", err)
+			}
+			h := rec.lastHeader(t)
+			if got := h.Values("Fencing-Token"); !reflect.DeepEqual(got, []string{tt.wantToken}) {
+				t.Fatalf("Fencing-Token = %q, want exactly [%q]", got, tt.wantToken)
+			}
+			if got := h.Values("Fencing-Sequence"); !reflect.DeepEqual(got, tt.wantSeq) {
+				t.Fatalf("Fencing-Sequence = %q, want %q", got, tt.wantSeq)
+			}
+		})
+	}
+}
+
+// A signed token a header cannot carry unchanged is not sent (nor trimmed):
+// the request fails in the caller, its body closed, nothing on the network,
+// even when Transport.Optional would send a request without a token.
+func TestTransportRefusesUnsendableSignedToken(t *testing.T) {
+	tests := []struct {
+		name, token, want string
+	}{
+		{"empty", "", "is empty"},
+		{"surrounding space", " a.b.c", "byte 0"},
+		{"trailing newline", "a.b.c\n", "byte 5"},
+		{"header injection", "a.b.c\r\nX-Evil: 1", "byte 5"},
+		{"non-ASCII", "a.b.Ã©", "byte 4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := newRecorder(t, nil)
+			body := newCloseTracker("payload")
+			_, err := do(t, rec, &client.Transport{Optional: true}, client.WithSignedToken(context.Background(), tt.token), func(r *http.Request) { r.Body = body })
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one with %q", err, tt.want)
+			}
+			if n := rec.count(); n != 0 {
+				t.Fatalf("the server received %d requests", n)
+			}
+			if !body.isClosed() {
+				t.Fatal("the request body was not closed")
+			}
+		})
+	}
+}
+
 // A request whose context has no token is refused before the network, and
 // its body is closed as the RoundTripper contract requires.
 func TestTransportNoToken(t *testing.T) {

@@ -40,6 +40,8 @@ type rawEnv struct {
 	DrainTimeout    string `env:"FENCE_DRAIN_TIMEOUT"`
 	StoreInit       string `env:"FENCE_STORE_INIT" envDefault:"auto"`
 	MarkCache       string `env:"FENCE_MARK_CACHE" envDefault:"100000"`
+	TokenKeysFile   string `env:"FENCE_TOKEN_KEYS_FILE"`
+	TokenLeeway     string `env:"FENCE_TOKEN_LEEWAY" envDefault:"5s"`
 
 	EtcdEndpoints string `env:"FENCE_ETCD_ENDPOINTS"`
 	EtcdUsername  string `env:"FENCE_ETCD_USERNAME"`
@@ -156,6 +158,12 @@ func Load(environ map[string]string) (*Config, error) {
 	}
 	if raw.DrainTimeout != "" {
 		c.DrainTimeout = parsePositiveDuration("FENCE_DRAIN_TIMEOUT", raw.DrainTimeout, bad)
+	}
+	c.TokenKeysFile = raw.TokenKeysFile
+	if d, err := time.ParseDuration(raw.TokenLeeway); err != nil || d < 0 || d > time.Hour {
+		bad("FENCE_TOKEN_LEEWAY", "%q must be a duration from 0s to 1h (the clock skew allowed for exp and nbf)", raw.TokenLeeway)
+	} else {
+		c.TokenLeeway = d
 	}
 	if b, err := strconv.ParseBool(raw.AdminPprof); err != nil {
 		bad("FENCE_ADMIN_PPROF", "%q is not a boolean (true or false)", raw.AdminPprof)

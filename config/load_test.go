@@ -99,6 +99,7 @@ func TestLoadDefaults(t *testing.T) {
 				Drain:           true,
 				StoreInitAuto:   true,
 				MarkCache:       100000,
+				TokenLeeway:     5 * time.Second,
 				LogLevel:        zapcore.InfoLevel,
 				Redis: Redis{
 					MasterName:  "mymaster",
@@ -234,6 +235,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"upstream missing", map[string]string{"FENCE_UPSTREAM_URL": ""}, "FENCE_UPSTREAM_URL: required"},
 		{"drain not on or off", map[string]string{"FENCE_DRAIN": "true"}, `FENCE_DRAIN: "true" must be on or off`},
 		{"mark cache negative", map[string]string{"FENCE_MARK_CACHE": "-1"}, `FENCE_MARK_CACHE: "-1" must be a whole number`},
+		{"token leeway negative", map[string]string{"FENCE_TOKEN_LEEWAY": "-1s"}, `FENCE_TOKEN_LEEWAY: "-1s" must be a duration from 0s to 1h`},
+		{"token leeway not a duration", map[string]string{"FENCE_TOKEN_LEEWAY": "5"}, `FENCE_TOKEN_LEEWAY: "5" must be a duration`},
 		{"store init neither auto nor manual", map[string]string{"FENCE_STORE_INIT": "yes"}, `FENCE_STORE_INIT: "yes" must be auto or manual`},
 		{"drain timeout zero", map[string]string{"FENCE_DRAIN_TIMEOUT": "0s"}, `FENCE_DRAIN_TIMEOUT: "0s" must be greater than 0`},
 		{"drain timeout not a duration", map[string]string{"FENCE_DRAIN_TIMEOUT": "5"}, `FENCE_DRAIN_TIMEOUT: "5" is not a duration`},

@@ -42,6 +42,8 @@ type Config struct {
 	MarkCache       int           // FENCE_MARK_CACHE (>= 0): resources whose greatest seen mark a replica remembers, to heal a store that lost it
 	StoreInitAuto   bool          // FENCE_STORE_INIT=auto: the first replica on a store with no marks and no identity record writes one
 	DrainTimeout    time.Duration // FENCE_DRAIN_TIMEOUT: bound on one wait at the barrier; 0 (unset) waits until the older requests end or reach their deadlines
+	TokenKeysFile   string        // FENCE_TOKEN_KEYS_FILE: a JWK Set; set, every fenced request's token is a JWS of its keys ("" = plain tokens). Read by the caller, not by Load.
+	TokenLeeway     time.Duration // FENCE_TOKEN_LEEWAY (0s-1h): clock skew allowed for a signed token's exp and nbf
 	Redis           Redis
 	Etcd            Etcd
 	Routes          Routes // from RoutesFile, or DefaultRoutes()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/internal/fencejwt"
 )
 
 // Options configure a Proxy. Upstream, Routes and Store are required.
@@ -46,6 +48,10 @@ type Options struct {
 	// exchange is abandoned. It is also the in-flight deadline of the drain
 	// barrier. If zero, 30s.
 	UpstreamTimeout time.Duration
+	// Tokens verifies signed tokens (FENCE_TOKEN_KEYS_FILE): when set, the
+	// token header must hold a JWS of its keys, and the token is its fence
+	// claim. Nil: the header holds the token as a decimal.
+	Tokens *fencejwt.Verifier
 	// NoDrain turns the drain barrier off for every route (FENCE_DRAIN=off).
 	NoDrain bool
 	// MarkCache is how many resources' marks the replica remembers to heal
@@ -63,6 +69,7 @@ type Proxy struct {
 	store          fencestore.Store
 	tokenHeader    string
 	sequenceHeader string
+	tokens         *fencejwt.Verifier // nil: plain tokens
 	storeTimeout   time.Duration
 	bodyTimeout    time.Duration
 	// upstreamTimeout and drainTimeout: see Options.
@@ -134,6 +141,7 @@ func New(o Options) (*Proxy, error) {
 		router:          rt,
 		store:           o.Store,
 		tokenHeader:     th,
+		tokens:          o.Tokens,
 		sequenceHeader:  sh,
 		storeTimeout:    o.StoreTimeout,
 		bodyTimeout:     o.BodyTimeout,
@@ -190,8 +198,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	values := r.Header[p.tokenHeader]
-	token, err := ParseToken(values)
+	token, signed, err := p.tokenOf(r.Header[p.tokenHeader])
 	var seq uint64
 	var hasSeq bool
 	if err == nil && rt.sequence != config.SequenceOff {
@@ -203,6 +210,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var te *TokenError
 		var se *SequenceError
+		var ie *fencejwt.Error
 		switch {
 		case errors.Is(err, ErrTokenAbsent) && rt.tokenOptional:
 			m.requests[decUnfenced].Inc()
@@ -212,6 +220,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				Type: TypeTokenRequired, Title: "Fencing token required", Status: http.StatusPreconditionRequired,
 				Detail: "this route is fenced: send the lease's token in the " + p.tokenHeader + " header",
 				Route:  rt.name,
+			})
+		case errors.As(err, &ie):
+			w.Header().Set("WWW-Authenticate", `Fencing-Token header="`+p.tokenHeader+`"`)
+			p.refuse(w, rt, decInvalid, &problem{
+				Type: TypeTokenInvalid, Title: "Invalid fencing token", Status: http.StatusUnauthorized,
+				Detail: p.tokenHeader + ": " + err.Error(), Route: rt.name,
 			})
 		case errors.As(err, &te):
 			p.refuse(w, rt, decMalformed, &problem{
@@ -260,6 +274,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Only admitted names are kept: a client that invents names (refused,
 	// or never admitted) must not grow the cache.
 	resource, interned := rt.names.lookup(name)
+	if p.tokens != nil && !signed.Covers(resource) {
+		p.refuse(w, rt, decWrongResource, &problem{
+			Type: TypeTokenWrongResource, Title: "Fencing token for another resource", Status: http.StatusForbidden,
+			Detail: "the signed token is valid for " + strconv.Quote(signed.Resource) + " only (its res claim)",
+			Route:  rt.name, Resource: resource, Token: formatUint(token),
+		})
+		return
+	}
 
 	if err := readBodyFirst(r); err != nil {
 		status := http.StatusBadRequest

@@ -17,17 +17,21 @@ const (
 	decUnfenced
 	decUnavailable
 	decBadRequest
+	decInvalid       // a signed token that does not verify (401)
+	decWrongResource // a signed token for another resource (403)
 	numDecisions
 )
 
 var decisionNames = [numDecisions]string{
-	decAdmitted:    "admitted",
-	decStale:       "stale",
-	decMissing:     "missing",
-	decMalformed:   "malformed",
-	decUnfenced:    "unfenced",
-	decUnavailable: "unavailable",
-	decBadRequest:  "bad_request",
+	decAdmitted:      "admitted",
+	decStale:         "stale",
+	decMissing:       "missing",
+	decMalformed:     "malformed",
+	decUnfenced:      "unfenced",
+	decUnavailable:   "unavailable",
+	decBadRequest:    "bad_request",
+	decInvalid:       "invalid",
+	decWrongResource: "wrong_resource",
 }
 
 func (d decision) String() string { return decisionNames[d] }

@@ -24,6 +24,11 @@ const (
 	// The store lost its identity record since this replica read it: its
 	// marks may be gone, so nothing is admitted until an operator acts.
 	TypeStoreLost = "urn:fenceproxy:store-lost"
+	// Signed tokens (FENCE_TOKEN_KEYS_FILE): a token that is not a valid
+	// JWS of the keys file's keys, and one whose res does not cover the
+	// request's resource. Neither touches the mark.
+	TypeTokenInvalid       = "urn:fenceproxy:token-invalid"
+	TypeTokenWrongResource = "urn:fenceproxy:token-wrong-resource"
 )
 
 // problem is one RFC 9457 answer. Token, sequence and marks are decimal

@@ -3,6 +3,8 @@ package proxy
 import (
 	"errors"
 	"strings"
+
+	"github.com/fenceproxy/fenceproxy/internal/fencejwt"
 )
 
 // ErrTokenAbsent reports a request without the token header. It is not a
@@ -161,3 +163,28 @@ func trimTokenOWS(s string) string {
 	}
 	return s
 }
+
+// tokenOf reads the token header's values: a canonical decimal (ParseToken),
+// or with signed tokens a JWS that p.tokens verifies, whose fence claim is
+// the token and whose claims come back for the resource check. A signed
+// token that does not verify is a *fencejwt.Error.
+func (p *Proxy) tokenOf(values []string) (uint64, fencejwt.Claims, error) {
+	if p.tokens == nil {
+		t, err := ParseToken(values)
+		return t, fencejwt.Claims{}, err
+	}
+	switch len(values) {
+	case 0:
+		return 0, fencejwt.Claims{}, ErrTokenAbsent
+	case 1:
+	default:
+		return 0, fencejwt.Claims{}, errSignedRepeated
+	}
+	c, err := p.tokens.Verify(trimTokenOWS(values[0]))
+	if err != nil {
+		return 0, fencejwt.Claims{}, err
+	}
+	return c.Fence, c, nil
+}
+
+var errSignedRepeated = &fencejwt.Error{Reason: "repeated header"}

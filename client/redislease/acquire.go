@@ -28,6 +28,9 @@ var acquireScript = redis.NewScript(acquireSource)
 // refuse the old one. This is deliberate: it is what makes Acquire safe to
 // retry after an error whose reply was lost (the lease may have been granted
 // with a token the caller never saw), and a token is never reused.
+//
+// With Options.SigningKey it also mints the holding's signed token (see
+// SignedToken).
 func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 	if l.name == "" {
 		return 0, errors.New("redislease: the lease has no name")
@@ -37,6 +40,7 @@ func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("redislease: acquire %q: %w", l.name, err)
 	}
+	start := time.Now() // the holding is counted from before the grant: its end is never later than Redis's
 	reply, err := acquireScript.Run(ctx, l.client, []string{l.key, l.counterKey}, l.owner, l.ttlMillis()).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -52,7 +56,16 @@ func (l *Lease) Acquire(ctx context.Context) (uint64, error) {
 		// stands in Redis until its TTL, with a token nobody can use.
 		return 0, fmt.Errorf("redislease: acquire %q: token %q from %s: %w", l.name, reply, l.counterKey, err)
 	}
-	l.setToken(token)
+	signed, exp, err := l.mint(token, start)
+	if err != nil {
+		// Not expected (the key was checked when parsed). A holding without
+		// its signed token is of no use to a caller that needs one, and the
+		// old holding's are older than this grant: forget both.
+		l.setHolding(0, "", time.Time{})
+		return 0, fmt.Errorf("redislease: acquire %q: granted with token %d, but signing it failed (the grant stands until its TTL; Release it): %w",
+			l.name, token, err)
+	}
+	l.setHolding(token, signed, exp)
 	return token, nil
 }
 

@@ -35,6 +35,27 @@
 //   - Tokens are read as decimal strings and parsed exactly. Redis counters are
 //     signed 64-bit, so tokens go up to 2^63-1, within what fenceproxy takes.
 //
+// # Signed tokens
+//
+// A proxy with FENCE_TOKEN_KEYS_FILE accepts only signed tokens: a JWS whose
+// fence claim is the token, signed by a key it knows, so that a client that
+// can reach it cannot simply send a huge number. Give the Lease the private
+// key that `fenceproxy token keygen` wrote, and it mints one at every grant
+// and renewal:
+//
+//	key, err := redislease.ParseSigningKey(privateJWK) // keygen's --private file
+//	lease := redislease.New(rdb, "orders/42", redislease.Options{
+//		TTL: 10 * time.Second, SigningKey: key, SignGrace: 2 * time.Second, SignResource: "orders/42",
+//	})
+//	_, err = lease.AcquireWait(ctx, 0)
+//	ctx = client.WithSignedToken(ctx, lease.SignedToken())
+//
+// The signed token expires SignGrace after the TTL it was minted for, so a
+// holder that renews sends the token of its last renewal:
+// client.WithSignedToken(ctx, lease.SignedToken()) after each Renew. Its
+// fence is Token(); the plain token stays available for proxies that do not
+// verify signatures. docs/tokens.md has the rest (keys, rotation, answers).
+//
 // # Keys
 //
 // With the default prefix, lease "orders/42" is two string keys:

@@ -46,6 +46,25 @@ type Options struct {
 	// id of every other Lease of the same name, or two of them would hold the
 	// lease at once. If empty, a random 128-bit value in hex.
 	OwnerID string
+
+	// SigningKey, when set, makes every successful Acquire (so AcquireWait
+	// too) and Renew also mint a signed token (see SignedToken), for proxies
+	// that verify them (FENCE_TOKEN_KEYS_FILE). Its fence is the holding's
+	// token; it expires SignGrace after the holding's TTL runs out, counted
+	// from just before the call was sent (as the package doc says a holder
+	// should count its lease). If nil, no signed token is minted.
+	SigningKey *SigningKey
+	// SignGrace is how long a signed token stays valid after the TTL it was
+	// minted for runs out: room for a write sent just before a renewal to
+	// reach the proxy, and for a renewal that comes late. Keep it short:
+	// it is how long a leaked token outlives the lease (the proxy's mark
+	// still refuses it once a newer holder has written). Negative is zero.
+	SignGrace time.Duration
+	// SignResource is the res claim of the signed tokens: the resource the
+	// proxy accepts them for, or a prefix ending in '*' ("orders/*").
+	// Usually the proxy's resource name for what the lease guards. If empty,
+	// the tokens are valid for every resource.
+	SignResource string
 }
 
 // Lease is one owner's handle on a named lease in Redis. Its methods are safe
@@ -58,9 +77,17 @@ type Lease struct {
 	counterKey string // the token counter; never expires
 	owner      string
 	ttl        time.Duration
+	signKey    *SigningKey // nil: no signed tokens
+	signGrace  time.Duration
+	signRes    string
 
-	mu    sync.Mutex
-	token uint64 // of the current holding; 0 when none
+	mu        sync.Mutex
+	token     uint64    // of the current holding; 0 when none
+	signed    string    // its signed token; "" when none
+	signedExp time.Time // when signed expires (before rounding to seconds)
+	// gen counts changes of holding, so that a Renew that raced an Acquire
+	// or a Release does not store a token minted for the holding before.
+	gen uint64
 }
 
 // New returns a handle on the lease called name, owned by opts.OwnerID. It
@@ -90,6 +117,9 @@ func New(client redis.UniversalClient, name string, opts Options) *Lease {
 		counterKey: key + ":token",
 		owner:      owner,
 		ttl:        ttl,
+		signKey:    opts.SigningKey,
+		signGrace:  max(opts.SignGrace, 0),
+		signRes:    opts.SignResource,
 	}
 }
 
@@ -105,10 +135,43 @@ func (l *Lease) Token() uint64 {
 	return l.token
 }
 
-func (l *Lease) setToken(t uint64) {
+// SignedToken returns the signed token of this Lease's current holding, for
+// client.WithSignedToken: the one the last successful Acquire or Renew minted
+// (a renewal mints a new one, with a later expiry, for the same token). It is
+// "" when the Lease has no Options.SigningKey, and whenever Token returns 0.
+// Like Token it does not ask Redis; unlike the plain token it stops working
+// at its expiry, SignGrace after the TTL it was minted for, so renew in time.
+func (l *Lease) SignedToken() string {
 	l.mu.Lock()
-	l.token = t
+	defer l.mu.Unlock()
+	return l.signed
+}
+
+// setHolding records a new holding (or none: 0, ""), and starts a new
+// generation of it.
+func (l *Lease) setHolding(t uint64, signed string, exp time.Time) {
+	l.mu.Lock()
+	l.token, l.signed, l.signedExp = t, signed, exp
+	l.gen++
 	l.mu.Unlock()
+}
+
+// holding is the current token and its generation.
+func (l *Lease) holding() (uint64, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.token, l.gen
+}
+
+// setRenewed stores the signed token a renewal minted, unless the holding
+// changed since the renewal began, or a later renewal stored a token that
+// lasts longer.
+func (l *Lease) setRenewed(gen uint64, signed string, exp time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gen == gen && !exp.Before(l.signedExp) {
+		l.signed, l.signedExp = signed, exp
+	}
 }
 
 // ttlMillis is the TTL as PX and PEXPIRE take it.

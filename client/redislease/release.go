@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,7 +20,7 @@ var releaseScript = redis.NewScript(releaseSource)
 // may belong to another owner now. The token counter is never touched, so the
 // next holder's token is still greater.
 //
-// After Release returns nil or ErrNotHeld, Token returns 0. A client that
+// After Release returns nil or ErrNotHeld, Token returns 0 and SignedToken "". A client that
 // retries commands on its own may report ErrNotHeld for a release whose first
 // attempt succeeded but whose reply was lost.
 func (l *Lease) Release(ctx context.Context) error {
@@ -30,7 +31,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		return callError(ctx, "release", l.name, err)
 	}
-	l.setToken(0)
+	l.setHolding(0, "", time.Time{})
 	if n == 0 {
 		return fmt.Errorf("%w: %q", ErrNotHeld, l.name)
 	}

@@ -48,8 +48,16 @@ func check(ctx context.Context, args []string, environ map[string]string, stdout
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "configuration ok: store=%s upstream=%s routes=%d\n\n",
-		cfg.Store, cfg.UpstreamURL.Redacted(), len(cfg.Routes.Routes))
+	tokens := "plain (a decimal in " + cfg.TokenHeader + ")"
+	if cfg.TokenKeysFile != "" {
+		keys, err := readKeySet(cfg.TokenKeysFile)
+		if err != nil {
+			return fmt.Errorf("FENCE_TOKEN_KEYS_FILE: %w", err)
+		}
+		tokens = fmt.Sprintf("signed (a JWS in %s; keys %s; leeway %s)", cfg.TokenHeader, strings.Join(sortedKIDs(keys), ","), cfg.TokenLeeway)
+	}
+	fmt.Fprintf(stdout, "configuration ok: store=%s upstream=%s routes=%d\ntokens: %s\n\n",
+		cfg.Store, cfg.UpstreamURL.Redacted(), len(cfg.Routes.Routes), tokens)
 	printRoutes(stdout, cfg)
 	if !*connect {
 		return nil

@@ -55,7 +55,7 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `usage: fenceproxy [serve | check [--connect] | store init | marks get|list|raise|reset | demo [flags] | version | help]
+const usage = `usage: fenceproxy [serve | check [--connect] | store init | marks get|list|raise|reset | token keygen|sign | demo [flags] | version | help]
 
   serve     run the proxy (the default)
   check     validate the FENCE_* environment and the routes file, print the
@@ -67,6 +67,8 @@ const usage = `usage: fenceproxy [serve | check [--connect] | store init | marks
   store     store init [--force]: write the store's identity record
   marks     get, list, raise (forward only) or reset (--force) marks; -o json
             (each with -h for its usage)
+  token     keygen: write a signing key (private JWK and public JWK Set);
+            sign: print a signed token for --fence N (each with -h)
   demo      replay the stale-lease story against a real fenceproxy, then keep
             serving it (flags: -once, -listen addr, -pause duration; -h)
   version   print the version (also --version)
@@ -90,6 +92,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return storeCmd(ctx, args, environ, stdout, stderr)
 	case "marks":
 		return marksCmd(ctx, args, environ, stdout, stderr)
+	case "token":
+		return tokenCmd(args, stdout, stderr)
 	}
 	if len(args) > 0 {
 		return &usageError{fmt.Sprintf("%s takes no arguments\n%s", cmd, usage)}

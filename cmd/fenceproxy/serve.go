@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/fencejwt"
 	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
@@ -43,6 +44,10 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 			"so two unrelated writers fence each other; a routes file gives each resource its own mark")
 	}
 	metrics := proxy.NewMetrics()
+	keys, err := loadTokenKeys(cfg, log.Named("tokens"), metrics.Registry)
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, cfg, log, metrics.Registry, hooks.settingsEvery)
 	if err != nil {
 		return err
@@ -63,6 +68,11 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 		st.checks = append(st.checks, g.ready)
 		st.watches = append(st.watches, g.watch)
 	}
+	var verifier *fencejwt.Verifier
+	if keys != nil {
+		verifier = keys.verifier
+		st.watches = append(st.watches, keys.watch)
+	}
 	wctx, stopWatches := context.WithCancel(ctx)
 	var watches sync.WaitGroup
 	for _, w := range st.watches {
@@ -82,6 +92,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 		NoDrain:         !cfg.Drain,
 		DrainTimeout:    cfg.DrainTimeout,
 		MarkCache:       cfg.MarkCache,
+		Tokens:          verifier,
 		Logger:          log.Named("proxy"),
 		Metrics:         metrics,
 	})
