@@ -2,7 +2,10 @@ module github.com/fenceproxy/fenceproxy/bench
 
 go 1.26.8
 
-require gonum.org/v1/plot v0.17.0
+require (
+	github.com/fenceproxy/fenceproxy v0.0.0-00010101000000-000000000000
+	gonum.org/v1/plot v0.17.0
+)
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
@@ -10,7 +13,11 @@ require (
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
+	github.com/go-jose/go-jose/v4 v4.1.9 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/text v0.28.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 )
+
+// signtokens mints with the working tree's internal/fencejwt
+replace github.com/fenceproxy/fenceproxy => ../
