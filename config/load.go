@@ -42,6 +42,8 @@ type rawEnv struct {
 	MarkCache       string `env:"FENCE_MARK_CACHE" envDefault:"100000"`
 	TokenKeysFile   string `env:"FENCE_TOKEN_KEYS_FILE"`
 	TokenLeeway     string `env:"FENCE_TOKEN_LEEWAY" envDefault:"5s"`
+	AuthzPathPrefix string `env:"FENCE_AUTHZ_PATH_PREFIX"`
+	AuthzGRPCAddr   string `env:"FENCE_AUTHZ_GRPC_ADDR"`
 
 	EtcdEndpoints string `env:"FENCE_ETCD_ENDPOINTS"`
 	EtcdUsername  string `env:"FENCE_ETCD_USERNAME"`
@@ -87,7 +89,15 @@ func Environ(kv []string) map[string]string {
 // problem, one per line, each starting with the variable it concerns (routes
 // file problems start with FENCE_ROUTES_FILE and the file's name, then name
 // the route). No message contains FENCE_REDIS_PASSWORD or a URL's password.
-func Load(environ map[string]string) (*Config, error) {
+func Load(environ map[string]string) (*Config, error) { return load(environ, false) }
+
+// LoadAuthz is Load for the authorization mode (fenceproxy authz): there
+// is no upstream, so FENCE_UPSTREAM_URL is not needed (and ignored when
+// set, so that one environment can serve both modes), and
+// FENCE_AUTHZ_PATH_PREFIX and FENCE_AUTHZ_GRPC_ADDR are read.
+func LoadAuthz(environ map[string]string) (*Config, error) { return load(environ, true) }
+
+func load(environ map[string]string, authz bool) (*Config, error) {
 	if environ == nil {
 		environ = map[string]string{} // env would read the process environment
 	}
@@ -114,10 +124,14 @@ func Load(environ map[string]string) (*Config, error) {
 		},
 	}
 
-	c.UpstreamURL = parseUpstream(raw.UpstreamURL, bad)
 	c.ListenAddr = raw.ListenAddr
 	c.AdminAddr = raw.AdminAddr
 	checkListeners(raw.ListenAddr, raw.AdminAddr, bad)
+	if authz {
+		c.Authz = parseAuthz(raw, bad)
+	} else {
+		c.UpstreamURL = parseUpstream(raw.UpstreamURL, bad)
+	}
 
 	if err := checkFenceHeader(raw.TokenHeader); err != nil {
 		bad("FENCE_TOKEN_HEADER", "%v", err)
@@ -222,13 +236,10 @@ func Load(environ map[string]string) (*Config, error) {
 
 	if raw.RoutesFile == "" {
 		c.Routes = DefaultRoutes()
-	} else if data, err := os.ReadFile(raw.RoutesFile); err != nil {
-		problems = append(problems, fmt.Errorf("FENCE_ROUTES_FILE: %w", err))
 	} else {
-		rs, routeProblems := parseRoutes(data)
-		routeProblems = append(routeProblems, fenceHeadersAsResource(rs, c.TokenHeader, c.SequenceHeader)...)
-		for _, p := range routeProblems {
-			problems = append(problems, fmt.Errorf("FENCE_ROUTES_FILE %q: %w", raw.RoutesFile, p))
+		rs, err := ReadRoutes(raw.RoutesFile, c.TokenHeader, c.SequenceHeader)
+		if err != nil {
+			problems = append(problems, err)
 		}
 		c.Routes = rs
 	}
@@ -237,6 +248,27 @@ func Load(environ map[string]string) (*Config, error) {
 		return nil, errors.Join(problems...)
 	}
 	return c, nil
+}
+
+// ReadRoutes reads and validates the routes file at path for a proxy whose
+// token and sequence headers are tokenHeader and sequenceHeader: what Load
+// does at start, and what a reload does again. Every problem is returned,
+// one per line, each prefixed with FENCE_ROUTES_FILE and the path.
+func ReadRoutes(path, tokenHeader, sequenceHeader string) (Routes, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Routes{}, fmt.Errorf("FENCE_ROUTES_FILE: %w", err)
+	}
+	rs, problems := parseRoutes(data)
+	problems = append(problems, fenceHeadersAsResource(rs, tokenHeader, sequenceHeader)...)
+	if len(problems) == 0 {
+		return rs, nil
+	}
+	errs := make([]error, len(problems))
+	for i, p := range problems {
+		errs[i] = fmt.Errorf("FENCE_ROUTES_FILE %q: %w", path, p)
+	}
+	return rs, errors.Join(errs...)
 }
 
 // fenceHeadersAsResource reports the rules whose resource template reads
@@ -322,6 +354,31 @@ func upstreamProblems(u *url.URL) []string {
 		ps = append(ps, "may not have a fragment")
 	}
 	return ps
+}
+
+// parseAuthz reads the authorization mode's variables.
+func parseAuthz(raw rawEnv, bad func(variable, format string, args ...any)) Authz {
+	a := Authz{Mode: true, PathPrefix: raw.AuthzPathPrefix, GRPCAddr: raw.AuthzGRPCAddr}
+	if p := a.PathPrefix; p != "" {
+		u, err := url.ParseRequestURI(p)
+		switch {
+		case err != nil || !strings.HasPrefix(p, "/") || u.RawQuery != "" || u.ForceQuery || strings.Contains(p, "#"):
+			bad("FENCE_AUTHZ_PATH_PREFIX", "%q must be a path starting with / (no query), e.g. /fence", p)
+		case u.EscapedPath() != p:
+			bad("FENCE_AUTHZ_PATH_PREFIX", "%q must be written as it is sent (percent-encoded where needed)", p)
+		}
+	}
+	if a.GRPCAddr != "" {
+		_, gp, ok := splitListenAddr("FENCE_AUTHZ_GRPC_ADDR", a.GRPCAddr, bad)
+		if ok && gp != 0 {
+			for _, other := range []struct{ name, addr string }{{"FENCE_LISTEN_ADDR", raw.ListenAddr}, {"FENCE_ADMIN_ADDR", raw.AdminAddr}} {
+				if _, op, err := net.SplitHostPort(other.addr); err == nil && op == strconv.FormatUint(gp, 10) {
+					bad("FENCE_AUTHZ_GRPC_ADDR", "%q must use another port than %s (%q)", a.GRPCAddr, other.name, other.addr)
+				}
+			}
+		}
+	}
+	return a
 }
 
 // checkListeners checks FENCE_LISTEN_ADDR and FENCE_ADMIN_ADDR and that they

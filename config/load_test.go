@@ -618,3 +618,38 @@ func TestLoadPersistenceAndBodyTimeout(t *testing.T) {
 		t.Errorf("got %q %v", c.Redis.Persistence, c.BodyTimeout)
 	}
 }
+
+// The authorization mode needs no upstream and reads its own variables.
+func TestLoadAuthz(t *testing.T) {
+	cfg, err := LoadAuthz(map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "/fence", "FENCE_AUTHZ_GRPC_ADDR": "127.0.0.1:9191"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.UpstreamURL != nil || cfg.Authz.PathPrefix != "/fence" || cfg.Authz.GRPCAddr != "127.0.0.1:9191" {
+		t.Errorf("LoadAuthz = upstream %v, %+v", cfg.UpstreamURL, cfg.Authz)
+	}
+	if _, err := LoadAuthz(map[string]string{"FENCE_UPSTREAM_URL": "not a url"}); err != nil {
+		t.Errorf("FENCE_UPSTREAM_URL is ignored in authz mode, got %v", err)
+	}
+	if _, err := Load(nil); err == nil || !strings.Contains(err.Error(), "FENCE_UPSTREAM_URL: required") {
+		t.Errorf("serve still needs the upstream: %v", err)
+	}
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"prefix without slash", map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "fence"}, `FENCE_AUTHZ_PATH_PREFIX: "fence" must be a path starting with /`},
+		{"prefix with query", map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "/fence?x"}, `FENCE_AUTHZ_PATH_PREFIX: "/fence?x" must be a path`},
+		{"prefix not encoded", map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "/a b"}, `FENCE_AUTHZ_PATH_PREFIX`},
+		{"grpc addr no port", map[string]string{"FENCE_AUTHZ_GRPC_ADDR": "127.0.0.1"}, `FENCE_AUTHZ_GRPC_ADDR`},
+		{"grpc addr on the data port", map[string]string{"FENCE_AUTHZ_GRPC_ADDR": ":8080"}, `FENCE_AUTHZ_GRPC_ADDR: ":8080" must use another port than FENCE_LISTEN_ADDR`},
+		{"grpc addr on the admin port", map[string]string{"FENCE_AUTHZ_GRPC_ADDR": ":9090"}, `must use another port than FENCE_ADMIN_ADDR`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadAuthz(tt.env)
+			requireProblems(t, err, tt.want)
+		})
+	}
+}

@@ -55,6 +55,7 @@ type rawRule struct {
 	Sequence *string  `yaml:"sequence"` // off | required | optional
 	Drain    *bool    `yaml:"drain"`
 	Fence    *bool    `yaml:"fence"`
+	Enforce  *bool    `yaml:"enforce"` // false: dry run
 }
 
 // ParseRoutes parses and validates a routes file (see the contract for its
@@ -266,6 +267,9 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 		if raw.Drain != nil {
 			set = append(set, "drain")
 		}
+		if raw.Enforce != nil {
+			set = append(set, "enforce")
+		}
 		if len(set) > 0 {
 			bad("fence: false contradicts %s (an unfenced rule has none)", strings.Join(set, ", "))
 		}
@@ -332,6 +336,7 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 	// whose sequence grows, which is not what ">" (each request its own
 	// token) promises.
 	r.NoDrain = raw.Drain != nil && !*raw.Drain
+	r.DryRun = raw.Enforce != nil && !*raw.Enforce
 	if r.Sequence == SequenceRequired && raw.Compare != nil && r.Compare == CompareGreater {
 		bad("compare: \">\" contradicts sequence: required (every request is ordered by its (token, sequence) pair, so one token admits many requests; " +
 			"use sequence: optional to make requests without a sequence need a token of their own, or drop compare)")

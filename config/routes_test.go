@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -232,6 +234,10 @@ func TestParseRoutesInvalid(t *testing.T) {
 			[]string{`route "writes": fence: false contradicts token, sequence`}},
 		{"fence false with drain", route("name: writes", "path: /w", "fence: false", "drain: false"),
 			[]string{`route "writes": fence: false contradicts drain`}},
+		{"fence false with enforce", route("name: writes", "path: /w", "fence: false", "enforce: false"),
+			[]string{`route "writes": fence: false contradicts enforce`}},
+		{"enforce not a boolean", route("name: writes", "path: /w", "resource: w", "enforce: later"),
+			[]string{`route "writes"`}},
 		{"drain not a boolean", route("name: writes", "path: /w", "resource: w", "drain: sometimes"),
 			[]string{`route "writes"`}},
 		{"compare > with sequence required", route("name: writes", "path: /w", "resource: w", `compare: ">"`, "sequence: required"),
@@ -271,6 +277,51 @@ default:
 	}
 	if !rs.Default.NoDrain {
 		t.Error("default rule: drain: false not read")
+	}
+}
+
+// The enforce key: on unless a fenced rule says enforce: false (dry run).
+func TestParseRoutesEnforce(t *testing.T) {
+	rs, err := ParseRoutes([]byte(`
+routes:
+  - {name: plain, path: /plain, resource: plain}
+  - {name: on, path: /on, resource: on, enforce: true}
+  - {name: dry, path: /dry, resource: dry, enforce: false}
+default:
+  enforce: false
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, false, true} {
+		if got := rs.Routes[i].DryRun; got != want {
+			t.Errorf("route %s: DryRun = %v, want %v", rs.Routes[i].Name, got, want)
+		}
+	}
+	if !rs.Default.DryRun {
+		t.Error("default rule: enforce: false not read")
+	}
+}
+
+// ReadRoutes is what a reload runs: every problem, each naming the file.
+func TestReadRoutes(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("routes:\n  - {name: w, path: '/w/{id}', resource: 'w/{id}'}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := ReadRoutes(good, "Fencing-Token", "Fencing-Sequence")
+	if err != nil || len(rs.Routes) != 1 || rs.Routes[0].Name != "w" {
+		t.Fatalf("ReadRoutes(good) = %+v, %v", rs, err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("routes:\n  - {name: w, path: /w, resource: '{header:Fencing-Token}'}\n  - {name: x, path: /x, colour: red}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadRoutes(bad, "Fencing-Token", "Fencing-Sequence")
+	requireProblems(t, err, `FENCE_ROUTES_FILE "`+bad+`": route "x"`, `FENCE_ROUTES_FILE "`+bad+`": route "w"`)
+	if _, err := ReadRoutes(filepath.Join(dir, "absent.yaml"), "Fencing-Token", ""); err == nil || !strings.Contains(err.Error(), "FENCE_ROUTES_FILE") {
+		t.Errorf("absent file: %v", err)
 	}
 }
 

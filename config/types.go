@@ -23,7 +23,7 @@ const (
 // routes file. A Config returned by Load is complete; nothing downstream needs
 // to check it again.
 type Config struct {
-	UpstreamURL     *url.URL      // FENCE_UPSTREAM_URL (http or https, with a host)
+	UpstreamURL     *url.URL      // FENCE_UPSTREAM_URL (http or https, with a host); nil from LoadAuthz
 	ListenAddr      string        // FENCE_LISTEN_ADDR
 	AdminAddr       string        // FENCE_ADMIN_ADDR
 	Store           StoreKind     // FENCE_STORE, or derived from the Redis variables
@@ -46,7 +46,21 @@ type Config struct {
 	TokenLeeway     time.Duration // FENCE_TOKEN_LEEWAY (0s-1h): clock skew allowed for a signed token's exp and nbf
 	Redis           Redis
 	Etcd            Etcd
+	Authz           Authz  // read only by LoadAuthz
 	Routes          Routes // from RoutesFile, or DefaultRoutes()
+}
+
+// Authz is the authorization mode's configuration (fenceproxy authz).
+type Authz struct {
+	// Mode is set by LoadAuthz: fenceproxy serves the authorization mode.
+	Mode bool
+	// PathPrefix (FENCE_AUTHZ_PATH_PREFIX) is removed from a question's own
+	// path when no header names the original URI (Envoy's HTTP ext_authz
+	// path_prefix); "" removes nothing.
+	PathPrefix string
+	// GRPCAddr (FENCE_AUTHZ_GRPC_ADDR) is the listener of Envoy's gRPC
+	// Authorization/Check; "" is off.
+	GRPCAddr string
 }
 
 // Etcd is the etcd connection configuration, set when Config.Store is
@@ -144,6 +158,10 @@ type Route struct {
 	// NoDrain opts a fenced route out of the drain barrier (drain: false):
 	// its requests neither wait for older ones nor hold newer ones back.
 	NoDrain bool
+	// DryRun (enforce: false) makes every decision, counts and logs it, and
+	// forwards every request: a refusal is counted as would_<decision> and
+	// not sent. Admissions still move the mark, and only forward.
+	DryRun bool
 }
 
 // Sequence is a route's sequence key: whether the resource's mark is the

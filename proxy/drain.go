@@ -91,7 +91,7 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 	expired, err := p.store.Drain(wctx, f)
 	waited := time.Since(start)
 	m.drainWait.Observe(waited.Seconds())
-	pr := &problem{Route: rt.name, Resource: a.Resource, Token: formatUint(a.Token), Sequence: formatIf(a.Sequence, a.HasSequence)}
+	var pr *problem
 	switch {
 	case err == nil && expired:
 		m.drain[drainExpired].Inc()
@@ -103,29 +103,35 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 		// The client left while waiting: nobody reads an answer.
 		w.WriteHeader(499)
 		return false
-	case ctx.Err() != nil || wctx.Err() != nil:
+	case ctx.Err() != nil:
+		// The request's own upstream deadline passed first: a 504, as
+		// for any request that did not finish in time.
 		m.drain[drainTimeout].Inc()
-		pr.Status, pr.Type, pr.Title = http.StatusServiceUnavailable, TypeDrainTimeout, "Older requests still in flight"
-		pr.Detail = "older requests for this resource were still in flight after " + p.drainTimeout.String() +
-			" (FENCE_DRAIN_TIMEOUT); nothing was forwarded, and the mark has advanced to this token"
-		if ctx.Err() != nil {
-			// The request's own upstream deadline passed first: a 504, as
-			// for any request that did not finish in time.
-			pr.Status, pr.Type, pr.Title = http.StatusGatewayTimeout, "about:blank", http.StatusText(http.StatusGatewayTimeout)
-			pr.Detail = "the request waited for older requests of this resource until its upstream deadline " +
-				"(FENCE_UPSTREAM_TIMEOUT) passed; nothing was forwarded"
-		}
-		p.logRefusal(p.log, rt, decAdmitted, pr, zap.Duration("waited", waited))
-		writeProblem(w, pr)
-		return false
+		pr = problemFor(refDrainDeadline, "the request waited for older requests of this resource until its upstream deadline "+
+			"(FENCE_UPSTREAM_TIMEOUT) passed; nothing was forwarded")
+	case wctx.Err() != nil:
+		m.drain[drainTimeout].Inc()
+		pr = problemFor(refDrainTimeout, "older requests for this resource were still in flight after "+p.drainTimeout.String()+
+			" (FENCE_DRAIN_TIMEOUT); nothing was forwarded, and the mark has advanced to this token")
 	default:
-		pr.Status, pr.Type, pr.Title = http.StatusServiceUnavailable, TypeStoreUnavailable, "Fence store unavailable"
-		pr.Detail = "the fence store failed while the request waited for older requests of its resource to end; " +
-			"nothing was forwarded (the mark has advanced to this token)"
-		p.logRefusal(p.outageLog, rt, decUnavailable, pr, zap.Error(err))
-		writeProblem(w, pr)
-		return false
+		pr = problemFor(refStoreUnavailable, "the fence store failed while the request waited for older requests of its resource to end; "+
+			"nothing was forwarded (the mark has advanced to this token)")
 	}
+	pr.Route, pr.Resource, pr.Token, pr.Sequence = rt.name, a.Resource, formatUint(a.Token), formatIf(a.Sequence, a.HasSequence)
+	log, dec, fields := p.log, decAdmitted, []zap.Field{zap.Duration("waited", waited)}
+	if pr.ref == refStoreUnavailable {
+		log, dec, fields = p.outageLog, decUnavailable, append(fields, zap.Error(err))
+	}
+	if rt.dryRun && ctx.Err() == nil {
+		// A dry run forwards what the barrier would have held back (while
+		// the request's own deadline has not passed: past it, nothing may
+		// be sent at all).
+		p.logRefusal(log, "would refuse (dry run: forwarded)", rt, dec, pr, fields...)
+		return true
+	}
+	p.logRefusal(log, "refused", rt, dec, pr, fields...)
+	writeProblem(w, pr)
+	return false
 }
 
 // sendByBody is an admitted request's body on its way upstream. The

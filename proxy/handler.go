@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -65,7 +65,13 @@ type Options struct {
 
 // Proxy is the fencing reverse proxy, an http.Handler.
 type Proxy struct {
-	router         *router
+	// table is the route table in force: SetRoutes replaces it whole,
+	// between requests (each request loads it once).
+	table          atomic.Pointer[router]
+	upstream       *url.URL          // nil in authorization mode: nothing is forwarded
+	transport      http.RoundTripper // forwards admitted requests
+	metrics        *Metrics
+	noDrain        bool
 	store          fencestore.Store
 	tokenHeader    string
 	sequenceHeader string
@@ -94,8 +100,17 @@ const (
 
 // New builds a Proxy. It fails only on a route table chi refuses.
 func New(o Options) (*Proxy, error) {
-	if o.Upstream == nil || o.Store == nil {
-		return nil, errors.New("proxy: Upstream and Store are required")
+	if o.Upstream == nil {
+		return nil, errors.New("proxy: Upstream is required")
+	}
+	return newProxy(o)
+}
+
+// newProxy builds a Proxy; without o.Upstream it decides and never
+// forwards (authorization mode).
+func newProxy(o Options) (*Proxy, error) {
+	if o.Store == nil {
+		return nil, errors.New("proxy: Store is required")
 	}
 	if o.TokenHeader == "" {
 		o.TokenHeader = "Fencing-Token"
@@ -112,7 +127,7 @@ func New(o Options) (*Proxy, error) {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
-	if o.Transport == nil {
+	if o.Transport == nil && o.Upstream != nil {
 		o.Transport = NewTransport()
 	}
 	if o.BodyTimeout <= 0 {
@@ -126,19 +141,11 @@ func New(o Options) (*Proxy, error) {
 	if th == sh {
 		return nil, errors.New("proxy: TokenHeader and SequenceHeader are the same header")
 	}
-	rt, err := newRouter(o.Routes, th, sh, o.Metrics)
-	if err != nil {
-		return nil, err
-	}
-	// One ReverseProxy per route (they share the Transport): its error
-	// handler then counts upstream failures for its route without a
-	// per-request context value.
-	for _, r := range rt.all() {
-		r.forward = newForwarder(o.Upstream, o.Transport, o.Logger.With(zap.String("route", r.name)), r.metrics, r.name)
-		r.drain = r.drain && !o.NoDrain
-	}
 	p := &Proxy{
-		router:          rt,
+		upstream:        o.Upstream,
+		transport:       o.Transport,
+		metrics:         o.Metrics,
+		noDrain:         o.NoDrain || o.Upstream == nil,
 		store:           o.Store,
 		tokenHeader:     th,
 		tokens:          o.Tokens,
@@ -154,228 +161,94 @@ func New(o Options) (*Proxy, error) {
 			return zapcore.NewSamplerWithOptions(c, time.Second, outageLogFirst, outageLogThereafter)
 		})),
 	}
+	if err := p.SetRoutes(o.Routes); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
-// ServeHTTP fences r and forwards it, or answers with a problem. The steps
-// run in the order of the house plan: canonical path, route, token (and
-// sequence, on a route with one), resource, admission, forward.
+// SetRoutes puts a new route table in force: requests that started before
+// finish under the old one, every later request sees the new one, none sees
+// a mix. It fails, and the old table stays, only on a table chi refuses
+// (config.ReadRoutes has already validated the rest).
+func (p *Proxy) SetRoutes(rs config.Routes) error {
+	rt, err := newRouter(rs, p.tokenHeader, p.sequenceHeader, p.metrics)
+	if err != nil {
+		return err
+	}
+	for _, r := range rt.all() {
+		// One ReverseProxy per route (they share the Transport): its error
+		// handler then counts upstream failures for its route without a
+		// per-request context value.
+		if p.upstream != nil {
+			r.forward = newForwarder(p.upstream, p.transport, p.log.With(zap.String("route", r.name)), r.metrics, r.name)
+		}
+		r.drain = r.drain && !p.noDrain
+	}
+	p.table.Store(rt)
+	return nil
+}
+
+// ServeHTTP fences r and forwards it, or answers with a problem. decide
+// runs the steps in the order of docs/internals.md (canonical path, route,
+// token and sequence, resource, admission); what is left here is the
+// outcome: forward, refuse, or, on a dry-run route, count the refusal and
+// forward anyway.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	canon, trailing, err := CanonicalPath(r.URL.EscapedPath())
-	if err != nil {
-		p.refuse(w, p.router.fallback, decBadRequest, &problem{
-			Type: TypeBadRequest, Title: "Ambiguous path", Status: http.StatusBadRequest,
-			Detail: err.Error(),
-		}, zap.String("path", r.URL.EscapedPath()))
-		return
-	}
 	p.boundBody(w, r)
-	rt, rctx := p.router.match(r.Method, canon)
-	defer p.router.release(rctx)
-	m := rt.metrics
-
-	if !rt.fences(r.Method) {
-		if p.fencedOnceUpperCased(r.Method, canon) {
-			p.refuse(w, rt, decBadRequest, &problem{
-				Type: TypeBadRequest, Title: "Method not in upper case", Status: http.StatusBadRequest,
-				Detail: "the method is not in upper case, and in upper case it is fenced on this path " +
-					"(many frameworks upper-case it): send it in upper case with a fencing token",
-				Route: rt.name,
-			})
-			return
-		}
-		m.requests[decUnfenced].Inc()
-		p.serveForward(w, r, rt, canon, trailing)
-		return
-	}
-	if name := nonCanonicalUint(rt, rctx); name != "" {
-		p.refuse(w, rt, decBadRequest, &problem{
-			Type: TypeBadRequest, Title: "Ambiguous number in path", Status: http.StatusBadRequest,
-			Detail: "path parameter {" + name + "} must be a canonical unsigned integer " +
-				"(digits only, no sign, no leading zero): another spelling of the same number would escape its mark",
-			Route: rt.name,
-		})
-		return
-	}
-
-	token, signed, err := p.tokenOf(r.Header[p.tokenHeader])
-	var seq uint64
-	var hasSeq bool
-	if err == nil && rt.sequence != config.SequenceOff {
-		seq, hasSeq, err = p.sequenceOf(r, rt)
-	}
-	if err == nil {
-		err = p.checkConnection(r, rt)
-	}
-	if err != nil {
-		var te *TokenError
-		var se *SequenceError
-		var ie *fencejwt.Error
-		switch {
-		case errors.Is(err, ErrTokenAbsent) && rt.tokenOptional:
-			m.requests[decUnfenced].Inc()
-			p.serveForward(w, r, rt, canon, trailing)
-		case errors.Is(err, ErrTokenAbsent):
-			p.refuse(w, rt, decMissing, &problem{
-				Type: TypeTokenRequired, Title: "Fencing token required", Status: http.StatusPreconditionRequired,
-				Detail: "this route is fenced: send the lease's token in the " + p.tokenHeader + " header",
-				Route:  rt.name,
-			})
-		case errors.As(err, &ie):
-			w.Header().Set("WWW-Authenticate", `Fencing-Token header="`+p.tokenHeader+`"`)
-			p.refuse(w, rt, decInvalid, &problem{
-				Type: TypeTokenInvalid, Title: "Invalid fencing token", Status: http.StatusUnauthorized,
-				Detail: p.tokenHeader + ": " + err.Error(), Route: rt.name,
-			})
-		case errors.As(err, &te):
-			p.refuse(w, rt, decMalformed, &problem{
-				Type: TypeTokenMalformed, Title: "Malformed fencing token", Status: http.StatusBadRequest,
-				Detail: p.tokenHeader + ": " + err.Error(), Route: rt.name,
-			})
-		case errors.Is(err, ErrSequenceAbsent):
-			p.refuse(w, rt, decMissing, &problem{
-				Type: TypeSequenceRequired, Title: "Fencing sequence required", Status: http.StatusPreconditionRequired,
-				Detail: "this route orders the requests of one lease: send the request's sequence in the " + p.sequenceHeader + " header",
-				Route:  rt.name, Token: formatUint(token),
-			})
-		case errors.As(err, &se):
-			p.refuse(w, rt, decMalformed, &problem{
-				Type: TypeSequenceMalformed, Title: "Malformed fencing sequence", Status: http.StatusBadRequest,
-				Detail: p.sequenceHeader + ": " + err.Error(), Route: rt.name, Token: formatUint(token),
-			})
-		default: // the Connection header names a template header
-			p.refuse(w, rt, decBadRequest, &problem{
-				Type: TypeBadRequest, Title: "Bad request", Status: http.StatusBadRequest,
-				Detail: err.Error(), Route: rt.name,
-			})
-		}
-		return
-	}
-
-	var query url.Values
-	if needsQuery(&rt.resource) {
-		if query, err = url.ParseQuery(r.URL.RawQuery); err != nil {
-			p.refuse(w, rt, decBadRequest, &problem{
-				Type: TypeBadRequest, Title: "Bad request", Status: http.StatusBadRequest,
-				Detail: "the query string is malformed and names the resource: " + err.Error(), Route: rt.name,
-			})
-			return
-		}
-	}
-	var nameBuf [128]byte
-	name, err := fillResource(nameBuf[:0], &rt.resource, r, rctx, query)
-	if err != nil {
-		p.refuse(w, rt, decBadRequest, &problem{
-			Type: TypeBadRequest, Title: "Resource cannot be named", Status: http.StatusBadRequest,
-			Detail: err.Error(), Route: rt.name, Token: formatUint(token), Sequence: formatIf(seq, hasSeq),
-		})
-		return
-	}
-	// Only admitted names are kept: a client that invents names (refused,
-	// or never admitted) must not grow the cache.
-	resource, interned := rt.names.lookup(name)
-	if p.tokens != nil && !signed.Covers(resource) {
-		p.refuse(w, rt, decWrongResource, &problem{
-			Type: TypeTokenWrongResource, Title: "Fencing token for another resource", Status: http.StatusForbidden,
-			Detail: "the signed token is valid for " + strconv.Quote(signed.Resource) + " only (its res claim)",
-			Route:  rt.name, Resource: resource, Token: formatUint(token),
-		})
-		return
-	}
-
-	if err := readBodyFirst(r); err != nil {
-		status := http.StatusBadRequest
-		if err == errBodyTimeout {
-			status = http.StatusRequestTimeout
-		}
-		p.refuse(w, rt, decBadRequest, &problem{
-			Type: TypeBadRequest, Title: "Request body incomplete", Status: status,
-			Detail: err.Error() + "; it was not admitted and nothing was forwarded",
-			Route:  rt.name, Resource: resource, Token: formatUint(token), Sequence: formatIf(seq, hasSeq),
-		})
-		return
-	}
-
-	a := fencestore.Admission{Resource: resource, Token: token, Sequence: seq, HasSequence: hasSeq, Compare: rt.compare}
-	if rt.drain {
-		a.Flight = p.upstreamTimeout
-	}
-	if p.marks != nil {
-		a.Floor, a.HasFloor = p.marks.get(resource)
-	}
-	start := time.Now()
-	d, err := p.store.Admit(p.deadlines.context(start), a)
-	elapsed := time.Since(start)
-	if err == nil && p.marks != nil {
-		p.marks.see(resource, fencestore.Mark{Token: d.Mark, Sequence: d.Sequence, HasSequence: d.HasSequence})
-		if d.Regressed {
-			m.regressions.Inc()
-			p.log.Warn("the store's mark was below the one this replica saw: raised back to it (lost in a crash, a flush or a failover)",
-				zap.String("route", rt.name), zap.String("resource", resource),
-				zap.String("remembered", string(a.Floor.AppendValue(nil))), zap.String("token", formatUint(token)))
-		}
-	}
-
+	var vv verdict
+	v := p.decide(&vv, p.table.Load(), r, false)
 	switch {
-	case err != nil:
-		m.unavailable.Observe(elapsed.Seconds())
-		m.requests[decUnavailable].Inc()
-		pr := &problem{
-			Type: TypeStoreUnavailable, Title: "Fence store unavailable", Status: http.StatusServiceUnavailable,
-			Detail: p.unavailableDetail(err),
-			Route:  rt.name, Resource: resource, Token: formatUint(token), Sequence: formatIf(seq, hasSeq),
-		}
-		if errors.Is(err, fencestore.ErrStoreLost) {
-			pr.Type, pr.Title = TypeStoreLost, "Fence store lost its marks"
-		}
-		p.logRefusal(p.outageLog, rt, decUnavailable, pr, zap.Error(err))
-		writeProblem(w, pr)
-	case !d.Admitted:
-		m.stale.Observe(elapsed.Seconds())
-		pr := &problem{
-			Type: TypeStaleToken, Title: "Stale fencing token", Status: http.StatusConflict,
-			Detail: "token " + formatUint(token) + " is older than the resource's high-water mark " +
-				formatUint(d.Mark) + ": a newer lease holder has written",
-			Route: rt.name, Resource: resource, Token: formatUint(token), HighWaterMark: formatUint(d.Mark),
-			Sequence: formatIf(seq, hasSeq), HighWaterSequence: formatIf(d.Sequence, d.HasSequence),
-		}
-		if d.StaleSequence(a) {
-			pr.Type, pr.Title = TypeStaleSequence, "Stale fencing sequence"
-			pr.Detail = "sequence " + pr.Sequence + " of token " + pr.Token + " is not above the resource's high-water sequence " +
-				pr.HighWaterSequence + " for that token: a later request of this lease was admitted first, or this one was already admitted"
-		}
-		p.refuse(w, rt, decStale, pr)
+	case v.pr == nil && v.dec == decAdmitted:
+		v.rt.metrics.requests[decAdmitted].Inc()
+		p.forwardAdmitted(w, r, v.rt, v.canon, v.trailing, v.start, v.a, v.d)
+	case v.pr == nil:
+		v.rt.metrics.requests[v.dec].Inc()
+		p.serveForward(w, r, v.rt, v.canon, v.trailing)
+	case p.dryRun(v):
+		p.countRefusal(v)
+		p.serveForward(w, r, v.rt, v.canon, v.trailing)
 	default:
-		m.admitted.Observe(elapsed.Seconds())
-		m.requests[decAdmitted].Inc()
-		if !interned {
-			rt.names.add(resource)
-		}
-		if ce := p.log.Check(zapcore.DebugLevel, "admitted"); ce != nil {
-			// token and mark are strings in every log line, as in the
-			// problem bodies: JSON numbers lose precision past 2^53.
-			fields := []zap.Field{zap.String("route", rt.name), zap.String("resource", resource),
-				zap.String("token", formatUint(token)), zap.String("mark", formatUint(d.Mark)), zap.Duration("duration", elapsed)}
-			if hasSeq {
-				fields = append(fields, zap.String("sequence", formatUint(seq)), zap.String("highWaterSequence", formatUint(d.Sequence)))
-			}
-			ce.Write(fields...)
-		}
-		p.forwardAdmitted(w, r, rt, canon, trailing, start, a, d)
+		p.countRefusal(v)
+		p.writeRefusal(w, v.pr)
 	}
 }
 
-// refuse counts, logs (info: refusals are what an operator looks for) and
-// answers a problem. The upstream receives nothing.
-func (p *Proxy) refuse(w http.ResponseWriter, rt *route, d decision, pr *problem, extra ...zap.Field) {
-	rt.metrics.requests[d].Inc()
-	p.logRefusal(p.log, rt, d, pr, extra...)
+// dryRun reports whether v's refusal is only counted, on a route with
+// enforce: false: every refusal but one with nothing whole to forward.
+func (p *Proxy) dryRun(v *verdict) bool {
+	return v.rt.dryRun && !answers[v.pr.ref].always
+}
+
+// countRefusal counts and logs v's refusal (info: refusals are what an
+// operator looks for; a store outage's through the sampled log), as its
+// would_ twin on a dry-run route.
+func (p *Proxy) countRefusal(v *verdict) {
+	d := v.dec
+	msg := "refused"
+	if p.dryRun(v) {
+		d, msg = d.would(), "would refuse (dry run: forwarded)"
+	}
+	v.rt.metrics.requests[d].Inc()
+	log := p.log
+	if v.dec == decUnavailable {
+		log = p.outageLog
+	}
+	p.logRefusal(log, msg, v.rt, d, v.pr, v.extra...)
+}
+
+// writeRefusal answers a refusal. A token that does not verify is a failed
+// authentication (RFC 9110 says a 401 names its scheme).
+func (p *Proxy) writeRefusal(w http.ResponseWriter, pr *problem) {
+	if pr.ref == refTokenInvalid {
+		w.Header().Set("WWW-Authenticate", `Fencing-Token header="`+p.tokenHeader+`"`)
+	}
 	writeProblem(w, pr)
 }
 
 // logRefusal writes one refusal's log line to log.
-func (p *Proxy) logRefusal(log *zap.Logger, rt *route, d decision, pr *problem, extra ...zap.Field) {
-	if ce := log.Check(zapcore.InfoLevel, "refused"); ce != nil {
+func (p *Proxy) logRefusal(log *zap.Logger, msg string, rt *route, d decision, pr *problem, extra ...zap.Field) {
+	if ce := log.Check(zapcore.InfoLevel, msg); ce != nil {
 		fields := append([]zap.Field{
 			zap.String("route", rt.name), zap.String("decision", d.String()), zap.Int("status", pr.Status),
 			zap.String("resource", pr.Resource), zap.String("token", pr.Token), zap.String("mark", pr.HighWaterMark),
@@ -417,7 +290,7 @@ func (p *Proxy) unavailableDetail(err error) string {
 // Django, Werkzeug and others upper-case them: "put /doc" would reach the
 // upstream as a PUT that nothing fenced. Only a request that is not fenced
 // as sent pays for the check.
-func (p *Proxy) fencedOnceUpperCased(method, path string) bool {
+func (p *Proxy) fencedOnceUpperCased(tab *router, method, path string) bool {
 	upper := true
 	for i := 0; i < len(method); i++ {
 		if 'a' <= method[i] && method[i] <= 'z' {
@@ -429,8 +302,8 @@ func (p *Proxy) fencedOnceUpperCased(method, path string) bool {
 		return false
 	}
 	up := strings.ToUpper(method)
-	rt, rctx := p.router.match(up, path)
-	p.router.release(rctx)
+	rt, rctx := tab.match(up, path)
+	tab.release(rctx)
 	return rt.fences(up)
 }
 

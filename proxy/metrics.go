@@ -19,20 +19,32 @@ const (
 	decBadRequest
 	decInvalid       // a signed token that does not verify (401)
 	decWrongResource // a signed token for another resource (403)
-	numDecisions
+	numRealDecisions
+	// A refusal on a dry-run route (enforce: false) is counted as its
+	// would_ twin, numRealDecisions places further on, and forwarded.
+	numDecisions = 2 * numRealDecisions
 )
 
-var decisionNames = [numDecisions]string{
-	decAdmitted:      "admitted",
-	decStale:         "stale",
-	decMissing:       "missing",
-	decMalformed:     "malformed",
-	decUnfenced:      "unfenced",
-	decUnavailable:   "unavailable",
-	decBadRequest:    "bad_request",
-	decInvalid:       "invalid",
-	decWrongResource: "wrong_resource",
-}
+// would is d's dry-run twin: would_stale for stale.
+func (d decision) would() decision { return d + numRealDecisions }
+
+var decisionNames = func() [numDecisions]string {
+	names := [numDecisions]string{
+		decAdmitted:      "admitted",
+		decStale:         "stale",
+		decMissing:       "missing",
+		decMalformed:     "malformed",
+		decUnfenced:      "unfenced",
+		decUnavailable:   "unavailable",
+		decBadRequest:    "bad_request",
+		decInvalid:       "invalid",
+		decWrongResource: "wrong_resource",
+	}
+	for d := decision(0); d < numRealDecisions; d++ {
+		names[d.would()] = "would_" + names[d]
+	}
+	return names
+}()
 
 func (d decision) String() string { return decisionNames[d] }
 
@@ -72,7 +84,7 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenceproxy_requests_total",
-			Help: "Requests by route and fencing decision (admitted, stale, missing, malformed, unfenced, unavailable, bad_request).",
+			Help: "Requests by route and fencing decision (admitted, stale, missing, malformed, unfenced, unavailable, bad_request, invalid, wrong_resource; on a dry-run route a refusal is would_<decision> and forwarded).",
 		}, []string{"route", "decision"}),
 		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "fenceproxy_admission_duration_seconds",
@@ -117,7 +129,7 @@ type routeMetrics struct {
 	regressions    prometheus.Counter
 }
 
-func (m *Metrics) forRoute(name string) *routeMetrics {
+func (m *Metrics) forRoute(name string, dryRun bool) *routeMetrics {
 	rm := &routeMetrics{
 		admitted:       m.admission.WithLabelValues(name, decAdmitted.String()),
 		stale:          m.admission.WithLabelValues(name, decStale.String()),
@@ -129,10 +141,14 @@ func (m *Metrics) forRoute(name string) *routeMetrics {
 	for o := drainOutcome(0); o < numDrainOutcomes; o++ {
 		rm.drain[o] = m.drain.WithLabelValues(name, drainOutcomeNames[o])
 	}
-	for d := decision(0); d < numDecisions; d++ {
+	for d := decision(0); d < numRealDecisions; d++ {
 		// Touching every series makes each one visible at 0 from the start, so
-		// rate() and alerts work before the first refusal.
+		// rate() and alerts work before the first refusal; the would_ series
+		// only on a dry-run route (the others never count them).
 		rm.requests[d] = m.requests.WithLabelValues(name, d.String())
+		if dryRun && d != decAdmitted && d != decUnfenced {
+			rm.requests[d.would()] = m.requests.WithLabelValues(name, d.would().String())
+		}
 	}
 	return rm
 }

@@ -47,6 +47,9 @@ type problem struct {
 	// greatest sequence admitted with token HighWaterMark).
 	Sequence          string `json:"sequence,omitempty"`
 	HighWaterSequence string `json:"highWaterSequence,omitempty"`
+	// ref is the refusal this problem answers (answers.go); zero for an
+	// upstream failure.
+	ref refusal
 }
 
 // retryAfterSeconds is sent with 503: long enough for a restarted Redis or a
@@ -62,14 +65,19 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 	if p.Status == http.StatusServiceUnavailable {
 		h.Set("Retry-After", retryAfterSeconds)
 	}
+	body := append(p.marshal(), '\n')
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// marshal is p as JSON on one line (no newline at its end).
+func (p *problem) marshal() []byte {
 	body, err := json.Marshal(p)
 	if err != nil { // cannot happen for this struct of strings; keep the status anyway
 		body = []byte(`{"type":"about:blank","status":` + strconv.Itoa(p.Status) + `}`)
 	}
-	body = append(body, '\n')
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(body)
+	return body
 }
 
 func formatUint(v uint64) string { return strconv.FormatUint(v, 10) }

@@ -28,6 +28,9 @@ type route struct {
 	// drain: the route's admitted requests take part in the drain barrier
 	// (FENCE_DRAIN on and no drain: false).
 	drain bool
+	// dryRun (enforce: false): a refusal is counted as would_<decision>
+	// and the request forwarded.
+	dryRun bool
 	// uints are the path parameters typed {name:uint}.
 	uints []string
 	// connHeaders are the headers this route's admission depends on: the
@@ -123,8 +126,9 @@ func newRoute(cr *config.Route, tokenHeader, sequenceHeader string, m *Metrics) 
 		uints:         cr.UintParams,
 		sequence:      cr.Sequence,
 		drain:         cr.Fence && !cr.NoDrain,
+		dryRun:        cr.Fence && cr.DryRun,
 		compare:       fencestore.AtLeast,
-		metrics:       m.forRoute(cr.Name),
+		metrics:       m.forRoute(cr.Name, cr.Fence && cr.DryRun),
 	}
 	if cr.Compare == config.CompareGreater {
 		r.compare = fencestore.Greater

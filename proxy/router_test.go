@@ -163,8 +163,8 @@ func fenceAllocs(t *testing.T, routes, path, route string, sequence, drain bool)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rt, rctx := p.router.match("PUT", tc.path)
-			p.router.release(rctx)
+			rt, rctx := p.table.Load().match("PUT", tc.path)
+			p.table.Load().release(rctx)
 			if rt.name != tc.route {
 				t.Fatalf("route %q", rt.name)
 			}

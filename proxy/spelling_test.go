@@ -150,8 +150,8 @@ func TestSpellingsStillForwarded(t *testing.T) {
 func TestRefusedNamesAreNotInterned(t *testing.T) {
 	f := newFixture(t, spellingRoutes, failingStore{err: fencestore.Unavailable(errors.New("down"))})
 	p := f.front.Config.Handler.(*Proxy)
-	rt, rctx := p.router.match("PUT", "/plain/x")
-	p.router.release(rctx)
+	rt, rctx := p.table.Load().match("PUT", "/plain/x")
+	p.table.Load().release(rctx)
 	for i := range 50 {
 		name := "/plain/" + strings.Repeat("n", 900) + strconv.Itoa(i)
 		if resp, body := f.do("PUT", name, "Fencing-Token", "7"); resp.StatusCode != 503 {
@@ -170,8 +170,8 @@ func TestRefusedNamesAreNotInterned(t *testing.T) {
 	if resp, body := f.do("PUT", "/plain/kept", "Fencing-Token", "7"); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	rt, rctx = p.router.match("PUT", "/plain/x")
-	p.router.release(rctx)
+	rt, rctx = p.table.Load().match("PUT", "/plain/x")
+	p.table.Load().release(rctx)
 	rt.names.mu.RLock()
 	_, kept := rt.names.m["plain/kept"]
 	rt.names.mu.RUnlock()

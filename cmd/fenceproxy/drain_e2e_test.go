@@ -139,13 +139,13 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-// startReplica starts bin with env (on loopback ports of its own) and
-// waits until it is ready. It is stopped by its PID at the end of the test,
-// continued first if the test stopped it.
-func startReplica(t *testing.T, bin string, env map[string]string) *replica {
+// startReplica starts bin with env and args (none: serve) on loopback
+// ports of its own, and waits until it is ready. It is stopped by its PID
+// at the end of the test, continued first if the test stopped it.
+func startReplica(t *testing.T, bin string, env map[string]string, args ...string) *replica {
 	t.Helper()
 	r := &replica{data: freePort(t), admin: freePort(t), logs: &syncBuffer{}}
-	r.cmd = exec.Command(bin)
+	r.cmd = exec.Command(bin, args...)
 	r.cmd.Env = append(withoutFenceVars(os.Environ()), "FENCE_LISTEN_ADDR="+r.data, "FENCE_ADMIN_ADDR="+r.admin)
 	for k, v := range env {
 		r.cmd.Env = append(r.cmd.Env, k+"="+v)

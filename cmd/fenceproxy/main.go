@@ -3,6 +3,7 @@
 // than the resource's high-water mark.
 //
 //	fenceproxy [serve]   serve (the default)
+//	fenceproxy authz     answer fencing decisions for nginx, Traefik, Envoy or Istio; no upstream
 //	fenceproxy check     validate the environment and routes file, print the route table, then exit
 //	fenceproxy check --connect   also try the store, Redis's settings and the upstream
 //	fenceproxy demo      replay the stale-lease story with no setup
@@ -55,9 +56,12 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `usage: fenceproxy [serve | check [--connect] | store init | marks get|list|raise|reset | token keygen|sign | demo [flags] | version | help]
+const usage = `usage: fenceproxy [serve | authz | check [--connect] | store init | marks get|list|raise|reset | token keygen|sign | demo [flags] | version | help]
 
   serve     run the proxy (the default)
+  authz     answer fencing decisions for a proxy you already run (nginx
+            auth_request, Traefik ForwardAuth, Envoy/Istio ext_authz over
+            HTTP, and gRPC on FENCE_AUTHZ_GRPC_ADDR); no upstream
   check     validate the FENCE_* environment and the routes file, print the
             route table in effect, then exit; nothing is contacted
             --connect  also try what can fail at start: the store (Redis PING
@@ -105,6 +109,12 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 			return err
 		}
 		return serve(ctx, cfg, stderr, serveHooks{})
+	case "authz":
+		cfg, err := loadConfigWith(config.LoadAuthz, environ)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, cfg, stderr, serveHooks{})
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "fenceproxy", buildVersion())
 		return nil
@@ -145,7 +155,13 @@ func flagsUsage(fs *flag.FlagSet, head string) string {
 // loadConfig validates everything that can be checked without the network:
 // the environment, the routes file, and the route table as chi builds it.
 func loadConfig(environ map[string]string) (*config.Config, error) {
-	cfg, err := config.Load(environ)
+	return loadConfigWith(config.Load, environ)
+}
+
+// loadConfigWith is loadConfig with load reading the environment
+// (config.Load, or config.LoadAuthz for the authorization mode).
+func loadConfigWith(load func(map[string]string) (*config.Config, error), environ map[string]string) (*config.Config, error) {
+	cfg, err := load(environ)
 	if err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}

@@ -44,9 +44,29 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 			"so two unrelated writers fence each other; a routes file gives each resource its own mark")
 	}
 	metrics := proxy.NewMetrics()
-	keys, err := loadTokenKeys(cfg, log.Named("tokens"), metrics.Registry)
+	reloads := newReloadCounter(metrics.Registry)
+	keys, err := loadTokenKeys(cfg, log.Named("tokens"), reloads)
 	if err != nil {
 		return err
+	}
+	// The routes file is re-read as the keys file is; the table it gives
+	// goes to the handler, which exists only further down.
+	var setRoutes func(config.Routes) error
+	var routes *reloader
+	if cfg.RoutesFile != "" {
+		routes, err = newReloader("routes", "FENCE_ROUTES_FILE", cfg.RoutesFile, func() ([]zap.Field, error) {
+			rs, err := config.ReadRoutes(cfg.RoutesFile, cfg.TokenHeader, cfg.SequenceHeader)
+			if err == nil {
+				err = setRoutes(rs)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return []zap.Field{zap.Int("routes", len(rs.Routes))}, nil
+		}, log.Named("routes"), reloads)
+		if err != nil {
+			return err
+		}
 	}
 	st, err := openStore(ctx, cfg, log, metrics.Registry, hooks.settingsEvery)
 	if err != nil {
@@ -71,16 +91,10 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	var verifier *fencejwt.Verifier
 	if keys != nil {
 		verifier = keys.verifier
-		st.watches = append(st.watches, keys.watch)
+		st.watches = append(st.watches, keys.reloader.watch)
 	}
-	wctx, stopWatches := context.WithCancel(ctx)
-	var watches sync.WaitGroup
-	for _, w := range st.watches {
-		watches.Go(func() { w(wctx) })
-	}
-	defer func() { stopWatches(); watches.Wait() }() // before the store closes
 
-	px, err := proxy.New(proxy.Options{
+	opts := proxy.Options{
 		Upstream:        cfg.UpstreamURL,
 		Routes:          cfg.Routes,
 		Store:           st.store,
@@ -95,10 +109,32 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 		Tokens:          verifier,
 		Logger:          log.Named("proxy"),
 		Metrics:         metrics,
-	})
-	if err != nil {
-		return err
 	}
+	var handler http.Handler
+	if cfg.Authz.Mode {
+		opts.Logger = log.Named("authz")
+		az, err := proxy.NewAuthz(opts, cfg.Authz.PathPrefix)
+		if err != nil {
+			return err
+		}
+		handler, setRoutes = az, az.SetRoutes
+	} else {
+		px, err := proxy.New(opts)
+		if err != nil {
+			return err
+		}
+		handler, setRoutes = px, px.SetRoutes
+	}
+	if routes != nil {
+		st.watches = append(st.watches, routes.watch)
+	}
+	wctx, stopWatches := context.WithCancel(ctx)
+	var watches sync.WaitGroup
+	for _, w := range st.watches {
+		watches.Go(func() { w(wctx) })
+	}
+	defer func() { stopWatches(); watches.Wait() }() // before the store closes
+
 	admin := proxy.NewAdmin(proxy.AdminOptions{
 		Store:   st.store,
 		Timeout: cfg.StoreTimeout,
@@ -119,7 +155,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	}
 	errLog := zap.NewStdLog(log.Named("http"))
 	dataSrv := &http.Server{
-		Handler: px,
+		Handler: handler,
 		// Headers must arrive promptly (slowloris); bodies are streamed to the
 		// upstream, so there is no whole-request read timeout.
 		ReadHeaderTimeout: 10 * time.Second,
@@ -131,9 +167,13 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	errc := make(chan error, 2)
 	go func() { errc <- dataSrv.Serve(dataLn) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
+	mode := zap.String("mode", "authz")
+	if !cfg.Authz.Mode {
+		mode = zap.String("upstream", cfg.UpstreamURL.Redacted())
+	}
 	log.Info("listening",
 		zap.String("addr", dataLn.Addr().String()), zap.String("admin", adminLn.Addr().String()),
-		zap.String("upstream", cfg.UpstreamURL.Redacted()), zap.String("store", string(cfg.Store)),
+		mode, zap.String("store", string(cfg.Store)),
 		zap.Int("routes", len(cfg.Routes.Routes)), zap.String("version", buildVersion()))
 	if hooks.listening != nil {
 		hooks.listening(dataLn.Addr(), adminLn.Addr())

@@ -182,7 +182,7 @@ func TestSignedTokensEndToEnd(t *testing.T) {
 	cm.swap("keys.json", []byte(`{"keys": [`))
 	waitFor(t, "the broken file counted", func() bool { return reloads("error") == 1 })
 	want("the new key after a broken file", k2.mint(t, 13, "", time.Minute), 200, "", "")
-	if !strings.Contains(r.logs.String(), "the old keys stay in force") {
+	if !strings.Contains(r.logs.String(), "the one read before stays in force") {
 		t.Fatalf("the broken file is not logged:\n%s", r.logs)
 	}
 

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// The real binary re-reads its routes file: a ConfigMap-style symlink swap
+// puts a new table in force between requests, an invalid file keeps the
+// old table (logged with its problem, counted, /readyz still 200), and
+// SIGHUP re-reads the file. The marks are the store's: a reload loses none.
+func TestRoutesReloadEndToEnd(t *testing.T) {
+	bin := buildBinary(t)
+	const v1 = "routes:\n  - {name: orders, path: '/orders/{id}', resource: 'orders/{id}'}\n"
+	cm := newConfigMapDir(t, "routes.yaml", []byte(v1))
+	up := newCountingUpstream(t)
+	r := startReplica(t, bin, map[string]string{
+		"FENCE_UPSTREAM_URL": up.URL,
+		"FENCE_BOLT_PATH":    filepath.Join(t.TempDir(), "marks.db"),
+		"FENCE_ROUTES_FILE":  filepath.Join(cm.dir, "routes.yaml"),
+	})
+	reloads := func(result string) float64 {
+		return r.metric(t, `fenceproxy_config_reloads_total{file="routes",result="`+result+`"}`)
+	}
+	want := func(what, path, token string, status int) {
+		t.Helper()
+		if a := put(t, r.data, path, token); a.status != status {
+			t.Fatalf("%s: PUT %s token %q: status %d, want %d (%v)", what, path, token, a.status, status, a.problem)
+		}
+	}
+	want("v1", "/orders/1", "5", 200)
+	want("v1 stale", "/orders/1", "4", 409)
+	want("v1 default rule", "/reports/1", "", 428)
+
+	// A new table: reports unfenced, orders in dry run.
+	cm.swap("routes.yaml", []byte(v1[:len(v1)-2]+", enforce: false}\n  - {name: reports, path: '/reports/*', fence: false}\n"))
+	waitFor(t, "the routes file reloaded", func() bool { return reloads("ok") == 1 })
+	want("v2 unfenced", "/reports/1", "", 200)
+	want("v2 dry run forwards a stale token", "/orders/1", "4", 200)
+	if n := r.metric(t, `fenceproxy_requests_total{decision="would_stale",route="orders"}`); n != 1 {
+		t.Errorf("would_stale = %v, want 1", n)
+	}
+
+	// An invalid file: the v2 table stays, the problem is logged, counted.
+	cm.swap("routes.yaml", []byte("routes:\n  - {name: orders, path: '/orders/{id}', resource: 'orders/{nope}'}\n"))
+	waitFor(t, "the invalid file counted", func() bool { return reloads("error") == 1 })
+	want("v2 still in force", "/reports/1", "", 200)
+	if !strings.Contains(r.logs.String(), "the one read before stays in force") || !strings.Contains(r.logs.String(), "nope") {
+		t.Fatalf("the invalid file is not logged with its problem:\n%s", r.logs)
+	}
+	if s := status(t, r.admin+"/readyz"); s != http.StatusOK {
+		t.Errorf("/readyz %d after an invalid routes file, want 200", s)
+	}
+
+	// SIGHUP re-reads it: still invalid, counted again.
+	if err := r.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "SIGHUP re-read the file", func() bool { return reloads("error") == 2 })
+
+	// Back to v1, enforcing again: the mark survived every reload.
+	cm.swap("routes.yaml", []byte(v1))
+	waitFor(t, "v1 again", func() bool { return reloads("ok") == 2 })
+	want("v1 again: the mark kept", "/orders/1", "4", 409)
+	want("v1 again: default rule", "/reports/1", "", 428)
+}
+
+// fenceproxy authz runs without an upstream, answers as the proxy decides,
+// and counts on the same metrics; a routes reload applies to it too.
+func TestAuthzEndToEnd(t *testing.T) {
+	bin := buildBinary(t)
+	routes := writeRoutes(t, "routes:\n  - {name: orders, path: '/orders/{id}', resource: 'orders/{id}'}\n")
+	r := startReplica(t, bin, map[string]string{
+		"FENCE_BOLT_PATH":   filepath.Join(t.TempDir(), "marks.db"),
+		"FENCE_ROUTES_FILE": routes,
+	}, "authz")
+	ask := func(method, uri, token string) (int, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", r.data+"/auth", nil)
+		req.Header.Set("X-Original-Method", method)
+		req.Header.Set("X-Original-URI", uri)
+		if token != "" {
+			req.Header.Set("Fencing-Token", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header
+	}
+	for _, tt := range []struct {
+		method, uri, token string
+		status             int
+		decision           string
+	}{
+		{"PUT", "/orders/1", "5", 200, "admitted"},
+		{"PUT", "/orders/1", "4", 409, "stale"},
+		{"GET", "/orders/1", "", 200, "unfenced"},
+		{"DELETE", "/orders/1?x=1", "", 428, "missing"},
+	} {
+		status, h := ask(tt.method, tt.uri, tt.token)
+		if status != tt.status || h.Get("Fence-Decision") != tt.decision {
+			t.Errorf("%s %s token %q: %d %s, want %d %s", tt.method, tt.uri, tt.token, status, h.Get("Fence-Decision"), tt.status, tt.decision)
+		}
+		if status != 200 && !strings.Contains(h.Get("Fence-Problem"), `"status":`) {
+			t.Errorf("%s %s: no Fence-Problem header", tt.method, tt.uri)
+		}
+	}
+	if n := r.metric(t, `fenceproxy_requests_total{decision="stale",route="orders"}`); n != 1 {
+		t.Errorf("stale counted %v, want 1", n)
+	}
+	if !strings.Contains(r.logs.String(), `"mode":"authz"`) {
+		t.Errorf("the start line does not say authz:\n%s", r.logs)
+	}
+}

@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/fenceproxy/fenceproxy/config"
+)
+
+// Headers of the authorization mode's answers. A proxy that drops the body
+// of an authorization answer (nginx's auth_request does) can still log the
+// decision and give the client the problem: Fence-Problem is the body, as
+// JSON on one line.
+const (
+	HeaderDecision = "Fence-Decision"
+	HeaderProblem  = "Fence-Problem"
+)
+
+// Authz is fenceproxy's authorization mode (fenceproxy authz): an
+// http.Handler that answers, for a proxy the user already runs (nginx
+// auth_request, Traefik ForwardAuth, Envoy ext_authz over HTTP), whether the
+// original request it describes may go on. The decision is the proxy's own
+// (Proxy.decide: the same routes, store, tokens, marks and metrics); only
+// the outcome differs: 200 and an empty body where the proxy forwards, the
+// proxy's problem where it refuses. Nothing is forwarded.
+//
+// What this mode cannot do: the drain barrier (fenceproxy never sees the
+// request reach the upstream or its response end) and reading the body
+// before admission (the asking proxy sends none). A request admitted here
+// can still be delayed between the asking proxy and the upstream, past a
+// newer holder's write; the proxy mode closes that race, this one cannot.
+type Authz struct {
+	p      *Proxy
+	prefix string
+}
+
+// NewAuthz builds the authorization handler. o.Upstream and o.Transport are
+// ignored. pathPrefix (FENCE_AUTHZ_PATH_PREFIX) is removed from a request's
+// own path when no header names the original URI (Envoy's HTTP ext_authz
+// sends the original path after its path_prefix).
+func NewAuthz(o Options, pathPrefix string) (*Authz, error) {
+	o.Upstream, o.Transport = nil, nil
+	p, err := newProxy(o)
+	if err != nil {
+		return nil, err
+	}
+	return &Authz{p: p, prefix: strings.TrimSuffix(pathPrefix, "/")}, nil
+}
+
+// SetRoutes puts a new route table in force, as Proxy.SetRoutes.
+func (a *Authz) SetRoutes(rs config.Routes) error { return a.p.SetRoutes(rs) }
+
+// ServeHTTP answers one authorization question: 200 with an empty body when
+// the original request is admitted or not fenced (or refused on a dry-run
+// route), else the status and problem the proxy would answer. Every answer
+// names its decision in Fence-Decision.
+func (a *Authz) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tab := a.p.table.Load()
+	var vv verdict
+	v := &vv
+	if orig, k, detail := a.original(r); k != 0 {
+		v.rt = tab.fallback
+		v.refused(k, detail)
+	} else {
+		v = a.p.decide(v, tab, orig, true)
+	}
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	switch {
+	case v.pr == nil:
+		v.rt.metrics.requests[v.dec].Inc()
+		h.Set(HeaderDecision, v.dec.String())
+		w.WriteHeader(http.StatusOK)
+	case a.p.dryRun(v):
+		a.p.countRefusal(v)
+		h.Set(HeaderDecision, v.dec.would().String())
+		w.WriteHeader(http.StatusOK)
+	default:
+		a.p.countRefusal(v)
+		h.Set(HeaderDecision, v.dec.String())
+		// The problem as one header line: JSON escapes every control
+		// character, so it cannot break the header block.
+		h.Set(HeaderProblem, string(v.pr.marshal()))
+		a.p.writeRefusal(w, v.pr)
+	}
+}
+
+// original is the request r asks about: its method from X-Original-Method
+// or X-Forwarded-Method, its URI from X-Original-URI or X-Forwarded-Uri,
+// else r's own (the path without the prefix), and r's headers. When both
+// headers of a pair are present and differ, or one is repeated, the
+// question is ambiguous: one of them may have come from the client (a
+// proxy that passes the client's headers on and sets only its own), and
+// choosing either could fence another request than the one that goes on.
+func (a *Authz) original(r *http.Request) (*http.Request, refusal, string) {
+	method, err := originalOf(r.Header, "X-Original-Method", "X-Forwarded-Method")
+	if err != nil {
+		return nil, refOriginalAmbiguous, err.Error()
+	}
+	uri, err := originalOf(r.Header, "X-Original-Uri", "X-Forwarded-Uri")
+	if err != nil {
+		return nil, refOriginalAmbiguous, err.Error()
+	}
+	o := new(http.Request)
+	*o = *r
+	if method != "" {
+		if !httpguts.ValidHeaderFieldName(method) { // a method is a token, as a header name is
+			return nil, refOriginalAmbiguous, "the original method " + quoteShort(method) + " is not an HTTP method"
+		}
+		o.Method = method
+	}
+	switch {
+	case uri != "":
+		u, err := url.ParseRequestURI(uri)
+		if err != nil || u.Scheme != "" || u.Host != "" || !strings.HasPrefix(uri, "/") {
+			return nil, refOriginalAmbiguous, "the original URI " + quoteShort(uri) + " is not a path with an optional query"
+		}
+		o.URL = u
+	case a.prefix != "":
+		path := r.URL.EscapedPath()
+		rest, ok := strings.CutPrefix(path, a.prefix)
+		if !ok || (rest != "" && rest[0] != '/') {
+			return nil, refOriginalAmbiguous, "no X-Original-URI or X-Forwarded-Uri header, and the path does not start with " +
+				"FENCE_AUTHZ_PATH_PREFIX " + quoteShort(a.prefix)
+		}
+		if rest == "" {
+			rest = "/"
+		}
+		u, err := url.ParseRequestURI(rest)
+		if err != nil {
+			return nil, refOriginalAmbiguous, "the path after FENCE_AUTHZ_PATH_PREFIX does not parse: " + err.Error()
+		}
+		u.RawQuery = r.URL.RawQuery
+		o.URL = u
+	}
+	return o, 0, ""
+}
+
+// originalOf is the value of the first or the second header, "" when
+// neither is present; an error when one is repeated or the two differ.
+func originalOf(h http.Header, first, second string) (string, error) {
+	a, b := h[first], h[second]
+	if len(a) > 1 || len(b) > 1 {
+		return "", errors.New("a repeated " + first + " or " + second + " header")
+	}
+	switch {
+	case len(a) == 1 && len(b) == 1 && a[0] != b[0]:
+		return "", errors.New(first + " and " + second + " name different values; the proxy asking must set one itself " +
+			"and drop the client's (a client could otherwise choose what is fenced)")
+	case len(a) == 1:
+		return a[0], nil
+	case len(b) == 1:
+		return b[0], nil
+	}
+	return "", nil
+}
+
+// quoteShort quotes s for a problem's detail, cut to 200 bytes: the detail
+// names what was wrong without echoing an arbitrarily long header back.
+func quoteShort(s string) string {
+	const max = 200
+	if len(s) > max {
+		return strconv.Quote(s[:max]) + "..."
+	}
+	return strconv.Quote(s)
+}

@@ -1,0 +1,213 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/internal/fencejwt"
+)
+
+// verdict is what fencing decided for one request: the proxy forwards or
+// refuses it, the authorization mode answers it.
+type verdict struct {
+	rt  *route
+	dec decision // admitted, unfenced, or the refusal's decision
+	pr  *problem // the refusal's answer; nil when the request may go on
+	// extra are log fields of a refusal beyond the problem's (the store's
+	// error, the path as sent).
+	extra    []zap.Field
+	canon    string // the canonical path the upstream receives
+	trailing bool   // the path as sent ended in a slash
+	// An admitted request's admission: when it began (the upstream
+	// deadline counts from there), what was asked, what the store said.
+	start time.Time
+	a     fencestore.Admission
+	d     fencestore.Decision
+}
+
+// refused sets v's refusal k with its detail and returns v.
+func (v *verdict) refused(k refusal, detail string) *verdict {
+	v.pr = problemFor(k, detail)
+	v.pr.Route = v.rt.name
+	v.dec = answers[k].decision
+	return v
+}
+
+// decide fences r under the route table tab, in the order of the request's
+// way through fenceproxy: canonical path, route, token (and sequence, on a
+// route with one), resource, body (read whole first), admission. Only the
+// admission has an effect (it moves the mark); decide forwards nothing and
+// writes nothing.
+//
+// In authorization mode (authz) no body is read (the asking proxy sends
+// none) and no in-flight record is taken for the drain barrier: fenceproxy
+// never sees the request reach the upstream, nor its response end.
+//
+// v is the caller's (so that it can live on the caller's stack); decide
+// fills it and returns it.
+func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *verdict {
+	v.rt = tab.fallback
+	canon, trailing, err := CanonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		v.extra = []zap.Field{zap.String("path", r.URL.EscapedPath())}
+		return v.refused(refAmbiguousPath, err.Error())
+	}
+	v.canon, v.trailing = canon, trailing
+	rt, rctx := tab.match(r.Method, canon)
+	defer tab.release(rctx)
+	v.rt = rt
+
+	if !rt.fences(r.Method) {
+		if p.fencedOnceUpperCased(tab, r.Method, canon) {
+			return v.refused(refMethodCase, "the method is not in upper case, and in upper case it is fenced on this path "+
+				"(many frameworks upper-case it): send it in upper case with a fencing token")
+		}
+		v.dec = decUnfenced
+		return v
+	}
+	if name := nonCanonicalUint(rt, rctx); name != "" {
+		return v.refused(refAmbiguousNumber, "path parameter {"+name+"} must be a canonical unsigned integer "+
+			"(digits only, no sign, no leading zero): another spelling of the same number would escape its mark")
+	}
+
+	token, signed, err := p.tokenOf(r.Header[p.tokenHeader])
+	var seq uint64
+	var hasSeq bool
+	if err == nil && rt.sequence != config.SequenceOff {
+		seq, hasSeq, err = p.sequenceOf(r, rt)
+	}
+	if err == nil {
+		err = p.checkConnection(r, rt)
+	}
+	if err != nil {
+		var te *TokenError
+		var se *SequenceError
+		var ie *fencejwt.Error
+		switch {
+		case errors.Is(err, ErrTokenAbsent) && rt.tokenOptional:
+			v.dec = decUnfenced
+			return v
+		case errors.Is(err, ErrTokenAbsent):
+			return v.refused(refTokenRequired, "this route is fenced: send the lease's token in the "+p.tokenHeader+" header")
+		case errors.As(err, &ie):
+			return v.refused(refTokenInvalid, p.tokenHeader+": "+err.Error())
+		case errors.As(err, &te):
+			return v.refused(refTokenMalformed, p.tokenHeader+": "+err.Error())
+		case errors.Is(err, ErrSequenceAbsent):
+			v.refused(refSequenceRequired, "this route orders the requests of one lease: send the request's sequence in the "+
+				p.sequenceHeader+" header")
+			v.pr.Token = formatUint(token)
+			return v
+		case errors.As(err, &se):
+			v.refused(refSequenceMalformed, p.sequenceHeader+": "+err.Error())
+			v.pr.Token = formatUint(token)
+			return v
+		default: // the Connection header names a template header
+			return v.refused(refHopByHop, err.Error())
+		}
+	}
+	// Every later refusal knows the token and the sequence.
+	refused := func(k refusal, detail, resource string) *verdict {
+		v.refused(k, detail)
+		v.pr.Resource, v.pr.Token, v.pr.Sequence = resource, formatUint(token), formatIf(seq, hasSeq)
+		return v
+	}
+
+	var query url.Values
+	if needsQuery(&rt.resource) {
+		if query, err = url.ParseQuery(r.URL.RawQuery); err != nil {
+			v.refused(refQueryMalformed, "the query string is malformed and names the resource: "+err.Error())
+			return v
+		}
+	}
+	var nameBuf [128]byte
+	name, err := fillResource(nameBuf[:0], &rt.resource, r, rctx, query)
+	if err != nil {
+		return refused(refResourceUnnamed, err.Error(), "")
+	}
+	// Only admitted names are kept: a client that invents names (refused,
+	// or never admitted) must not grow the cache.
+	resource, interned := rt.names.lookup(name)
+	if p.tokens != nil && !signed.Covers(resource) {
+		v.refused(refWrongResource, "the signed token is valid for "+strconv.Quote(signed.Resource)+" only (its res claim)")
+		v.pr.Resource, v.pr.Token = resource, formatUint(token)
+		return v
+	}
+
+	if !authz {
+		if err := readBodyFirst(r); err != nil {
+			k := refBodyIncomplete
+			if err == errBodyTimeout {
+				k = refBodyTimeout
+			}
+			return refused(k, err.Error()+"; it was not admitted and nothing was forwarded", resource)
+		}
+	}
+
+	a := fencestore.Admission{Resource: resource, Token: token, Sequence: seq, HasSequence: hasSeq, Compare: rt.compare}
+	if rt.drain && !authz {
+		a.Flight = p.upstreamTimeout
+	}
+	if p.marks != nil {
+		a.Floor, a.HasFloor = p.marks.get(resource)
+	}
+	start := time.Now()
+	d, err := p.store.Admit(p.deadlines.context(start), a)
+	elapsed := time.Since(start)
+	m := rt.metrics
+	if err == nil && p.marks != nil {
+		p.marks.see(resource, fencestore.Mark{Token: d.Mark, Sequence: d.Sequence, HasSequence: d.HasSequence})
+		if d.Regressed {
+			m.regressions.Inc()
+			p.log.Warn("the store's mark was below the one this replica saw: raised back to it (lost in a crash, a flush or a failover)",
+				zap.String("route", rt.name), zap.String("resource", resource),
+				zap.String("remembered", string(a.Floor.AppendValue(nil))), zap.String("token", formatUint(token)))
+		}
+	}
+
+	switch {
+	case err != nil:
+		m.unavailable.Observe(elapsed.Seconds())
+		k := refStoreUnavailable
+		if errors.Is(err, fencestore.ErrStoreLost) {
+			k = refStoreLost
+		}
+		v.extra = []zap.Field{zap.Error(err)}
+		return refused(k, p.unavailableDetail(err), resource)
+	case !d.Admitted:
+		m.stale.Observe(elapsed.Seconds())
+		refused(refStale, "token "+formatUint(token)+" is older than the resource's high-water mark "+
+			formatUint(d.Mark)+": a newer lease holder has written", resource)
+		v.pr.HighWaterMark, v.pr.HighWaterSequence = formatUint(d.Mark), formatIf(d.Sequence, d.HasSequence)
+		if d.StaleSequence(a) {
+			v.pr.Type, v.pr.Title, v.pr.ref = answers[refStaleSequence].typ, answers[refStaleSequence].title, refStaleSequence
+			v.pr.Detail = "sequence " + v.pr.Sequence + " of token " + v.pr.Token + " is not above the resource's high-water sequence " +
+				v.pr.HighWaterSequence + " for that token: a later request of this lease was admitted first, or this one was already admitted"
+		}
+		return v
+	}
+	m.admitted.Observe(elapsed.Seconds())
+	if !interned {
+		rt.names.add(resource)
+	}
+	if ce := p.log.Check(zapcore.DebugLevel, "admitted"); ce != nil {
+		// token and mark are strings in every log line, as in the
+		// problem bodies: JSON numbers lose precision past 2^53.
+		fields := []zap.Field{zap.String("route", rt.name), zap.String("resource", resource),
+			zap.String("token", formatUint(token)), zap.String("mark", formatUint(d.Mark)), zap.Duration("duration", elapsed)}
+		if hasSeq {
+			fields = append(fields, zap.String("sequence", formatUint(seq)), zap.String("highWaterSequence", formatUint(d.Sequence)))
+		}
+		ce.Write(fields...)
+	}
+	v.dec, v.start, v.a, v.d = decAdmitted, start, a, d
+	return v
+}
