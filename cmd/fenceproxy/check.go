@@ -29,7 +29,7 @@ import (
 // for a first dial with TLS and AUTH, short enough for a terminal.
 const connectTimeout = 2 * time.Second
 
-const checkUsage = "usage: fenceproxy check [--connect]\n\n" +
+const checkUsage = "usage: fenceproxy check [--connect] [--authz]\n\n" +
 	"Validates the FENCE_* environment and the routes file as a start would, and prints\n" +
 	"the route table in effect. Without --connect nothing is contacted.\n\nflags:"
 
@@ -38,13 +38,18 @@ const checkUsage = "usage: fenceproxy check [--connect]\n\n" +
 func check(ctx context.Context, args []string, environ map[string]string, stdout io.Writer) error {
 	fset := flag.NewFlagSet("check", flag.ContinueOnError)
 	connect := fset.Bool("connect", false, "also try the store, Redis's persistence and eviction settings, and a TCP connect to the upstream")
+	authz := fset.Bool("authz", false, "check the configuration of fenceproxy authz (no upstream; FENCE_AUTHZ_* read)")
 	if helped, err := parseFlags(fset, args, checkUsage, stdout); helped || err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {
 		return &usageError{fmt.Sprintf("check takes no arguments, only flags\n%s", flagsUsage(fset, checkUsage))}
 	}
-	cfg, err := loadConfig(environ)
+	load := config.Load
+	if *authz {
+		load = config.LoadAuthz
+	}
+	cfg, err := loadConfigWith(load, environ)
 	if err != nil {
 		return err
 	}
@@ -56,14 +61,24 @@ func check(ctx context.Context, args []string, environ map[string]string, stdout
 		}
 		tokens = fmt.Sprintf("signed (a JWS in %s; keys %s; leeway %s)", cfg.TokenHeader, strings.Join(sortedKIDs(keys), ","), cfg.TokenLeeway)
 	}
-	fmt.Fprintf(stdout, "configuration ok: store=%s upstream=%s routes=%d\ntokens: %s\n\n",
-		cfg.Store, cfg.UpstreamURL.Redacted(), len(cfg.Routes.Routes), tokens)
+	target := "upstream=" + cfg.UpstreamURL.Redacted()
+	if cfg.Authz.Mode {
+		target = "mode=authz"
+		if cfg.Authz.GRPCAddr != "" {
+			target += " grpc=" + cfg.Authz.GRPCAddr
+		}
+	}
+	fmt.Fprintf(stdout, "configuration ok: store=%s %s routes=%d\ntokens: %s\n\n",
+		cfg.Store, target, len(cfg.Routes.Routes), tokens)
 	printRoutes(stdout, cfg)
 	if !*connect {
 		return nil
 	}
 	fmt.Fprintln(stdout)
-	results := append(checkStore(ctx, cfg), checkUpstream(ctx, cfg))
+	results := checkStore(ctx, cfg)
+	if !cfg.Authz.Mode {
+		results = append(results, checkUpstream(ctx, cfg))
+	}
 	failed := 0
 	for _, r := range results {
 		fmt.Fprintf(stdout, "%-8s %s: %s\n", r.level, r.name, r.detail)
@@ -107,8 +122,11 @@ func printRoutes(w io.Writer, cfg *config.Config) {
 			if r.TokenOptional {
 				token = "optional"
 			}
-			if r.NoDrain || !cfg.Drain {
+			if r.NoDrain || !cfg.Drain || cfg.Authz.Mode {
 				fence = "on, no drain" // out of the drain barrier
+			}
+			if r.DryRun {
+				fence += ", dry run" // enforce: false
 			}
 		}
 		if sequences {

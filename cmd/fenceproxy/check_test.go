@@ -393,3 +393,26 @@ func TestCheckConnectSameWordsAsRuntime(t *testing.T) {
 		}
 	}
 }
+
+// check --authz validates the authorization mode's configuration: no
+// upstream needed, a dry-run route marked in the table, and no upstream
+// check under --connect.
+func TestCheckAuthz(t *testing.T) {
+	routes := writeRoutes(t, "routes:\n  - {name: orders, path: '/orders/{id}', resource: 'orders/{id}', enforce: false}\n")
+	env := map[string]string{"FENCE_ROUTES_FILE": routes, "FENCE_STORE": "memory", "FENCE_AUTHZ_GRPC_ADDR": "127.0.0.1:0"}
+	if _, err := runCheck(t, env); err == nil || !strings.Contains(err.Error(), "FENCE_UPSTREAM_URL") {
+		t.Fatalf("check without --authz must want an upstream: %v", err)
+	}
+	out, err := runCheck(t, env, "--authz", "--connect")
+	if err != nil {
+		t.Fatalf("check --authz: %v\n%s", err, out)
+	}
+	for _, want := range []string{"mode=authz grpc=127.0.0.1:0", "on, no drain, dry run"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check --authz output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "upstream:") {
+		t.Errorf("check --authz --connect tried an upstream:\n%s", out)
+	}
+}

@@ -12,8 +12,10 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 
 	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/internal/extauthz"
 	"github.com/fenceproxy/fenceproxy/internal/fencejwt"
 	"github.com/fenceproxy/fenceproxy/proxy"
 )
@@ -164,17 +166,35 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	}
 	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second, ErrorLog: errLog}
 
+	// Envoy's gRPC ext_authz, in the authorization mode when asked for: an
+	// adapter onto the same handler, so one code path decides.
+	var grpcSrv *grpc.Server
+	var ext *extauthz.Server
+	var mode []zap.Field
+	if cfg.Authz.Mode {
+		mode = []zap.Field{zap.String("mode", "authz")}
+	} else {
+		mode = []zap.Field{zap.String("upstream", cfg.UpstreamURL.Redacted())}
+	}
+	if cfg.Authz.Mode && cfg.Authz.GRPCAddr != "" {
+		grpcLn, err := net.Listen("tcp", cfg.Authz.GRPCAddr)
+		if err != nil {
+			_, _ = dataLn.Close(), adminLn.Close()
+			return fmt.Errorf("FENCE_AUTHZ_GRPC_ADDR: %w", err)
+		}
+		grpcSrv = grpc.NewServer()
+		ext = extauthz.New(handler, log.Named("grpc"))
+		ext.Register(grpcSrv)
+		go func() { _ = grpcSrv.Serve(grpcLn) }() // ends with GracefulStop or Stop below
+		mode = append(mode, zap.String("grpc", grpcLn.Addr().String()))
+	}
+
 	errc := make(chan error, 2)
 	go func() { errc <- dataSrv.Serve(dataLn) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
-	mode := zap.String("mode", "authz")
-	if !cfg.Authz.Mode {
-		mode = zap.String("upstream", cfg.UpstreamURL.Redacted())
-	}
-	log.Info("listening",
-		zap.String("addr", dataLn.Addr().String()), zap.String("admin", adminLn.Addr().String()),
-		mode, zap.String("store", string(cfg.Store)),
-		zap.Int("routes", len(cfg.Routes.Routes)), zap.String("version", buildVersion()))
+	fields := append([]zap.Field{zap.String("addr", dataLn.Addr().String()), zap.String("admin", adminLn.Addr().String())}, mode...)
+	log.Info("listening", append(fields, zap.String("store", string(cfg.Store)),
+		zap.Int("routes", len(cfg.Routes.Routes)), zap.String("version", buildVersion()))...)
 	if hooks.listening != nil {
 		hooks.listening(dataLn.Addr(), adminLn.Addr())
 	}
@@ -189,6 +209,16 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	admin.SetDraining()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	if grpcSrv != nil {
+		ext.Shutdown() // health NOT_SERVING first, so Envoy stops choosing this replica
+		stopped := make(chan struct{})
+		go func() { grpcSrv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-sctx.Done():
+			grpcSrv.Stop()
+		}
+	}
 	if err := dataSrv.Shutdown(sctx); err != nil {
 		log.Warn("drain timed out; closing remaining connections", zap.Error(err))
 		_ = dataSrv.Close()
