@@ -299,6 +299,7 @@ func checkFenced(wp problems, idx *index, w workload, c *corev1.Container) Fence
 		p.add("the environment and routes file fail fenceproxy's config.Load / route check:\n%v", err)
 	}
 	f.Config = cfg
+	checkTokenKeys(p, idx, w, c, env)
 
 	// Probes: on the admin port, the paths fenceproxy serves.
 	checkProbe(p, "livenessProbe", c, c.LivenessProbe, "/healthz", adminPort, true)
@@ -548,7 +549,9 @@ func loadConfig(p problems, idx *index, w workload, c *corev1.Container, env map
 		env[k] = tmp
 		data, err := mountedFile(idx, w, c, v)
 		if err != nil {
-			p.add("%s %q: %v", k, v, err)
+			if k != TokenKeysVar { // checkTokenKeys reports it
+				p.add("%s %q: %v", k, v, err)
+			}
 			continue
 		}
 		if err := os.WriteFile(tmp, data, 0o600); err != nil {
