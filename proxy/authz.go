@@ -60,6 +60,8 @@ func (a *Authz) SetRoutes(rs config.Routes) error { return a.p.SetRoutes(rs) }
 // route), else the status and problem the proxy would answer. Every answer
 // names its decision in Fence-Decision.
 func (a *Authz) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.p.metrics.inFlight.Inc()
+	defer a.p.metrics.inFlight.Dec()
 	tab := a.p.table.Load()
 	var vv verdict
 	v := &vv

@@ -130,6 +130,7 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 		return true
 	}
 	p.logRefusal(log, "refused", rt, dec, pr, fields...)
+	p.metrics.record(rt, dec, pr)
 	writeProblem(w, pr)
 	return false
 }

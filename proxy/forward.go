@@ -53,6 +53,14 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 		},
 		Transport:  tr,
 		BufferPool: copyBuffers,
+		ModifyResponse: func(resp *http.Response) error {
+			c := resp.StatusCode / 100
+			if c < 1 || c > 5 {
+				c = 0
+			}
+			m.upstreamClass[c].Inc()
+			return nil
+		},
 		// FlushInterval 0: responses are streamed and flushed as the upstream
 		// writes them when they have no length or are event streams, the
 		// ReverseProxy default.

@@ -195,6 +195,8 @@ func (p *Proxy) SetRoutes(rs config.Routes) error {
 // outcome: forward, refuse, or, on a dry-run route, count the refusal and
 // forward anyway.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.metrics.inFlight.Inc()
+	defer p.metrics.inFlight.Dec()
 	p.boundBody(w, r)
 	var vv verdict
 	v := p.decide(&vv, p.table.Load(), r, false)
@@ -230,6 +232,7 @@ func (p *Proxy) countRefusal(v *verdict) {
 		d, msg = d.would(), "would refuse (dry run: forwarded)"
 	}
 	v.rt.metrics.requests[d].Inc()
+	p.metrics.record(v.rt, d, v.pr)
 	log := p.log
 	if v.dec == decUnavailable {
 		log = p.outageLog
@@ -385,5 +388,7 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, rt *route, 
 	if r.URL.Path != canon || r.URL.RawPath != "" {
 		r.URL.Path, r.URL.RawPath = canon, ""
 	}
+	start := time.Now()
 	rt.forward.ServeHTTP(w, r)
+	rt.metrics.upstreamTime.Observe(time.Since(start).Seconds())
 }

@@ -3,6 +3,8 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
 // decision is the outcome of one request, the "decision" label of
@@ -74,6 +76,14 @@ type Metrics struct {
 	drainWait      *prometheus.HistogramVec
 	drain          *prometheus.CounterVec
 	regressions    *prometheus.CounterVec
+	inFlight       prometheus.Gauge
+	upstreamTime   *prometheus.HistogramVec
+	upstreamClass  *prometheus.CounterVec
+	storeBatch     prometheus.Histogram
+	storeRoundTrip prometheus.Histogram
+	// What the status page shows beyond the counters (recent.go).
+	recent    recentRefusals
+	contested contestedResources
 }
 
 // NewMetrics registers fenceproxy's collectors, plus the Go runtime and
@@ -111,9 +121,41 @@ func NewMetrics() *Metrics {
 			Help: "Admissions that found the store's mark below the one this replica saw before (lost in a crash, a flush or a failover) and raised it back, by route.",
 		}, []string{"route"}),
 	}
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fenceproxy_requests_in_flight",
+		Help: "Requests on the data port being handled now (fenced or not; in authz mode, questions being answered).",
+	})
+	m.upstreamTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fenceproxy_upstream_duration_seconds",
+		Help: "Time of a forward to the upstream, from its start to the end of the response relayed to the client (failures included), by route.",
+		// From a loopback answer to the default 30s upstream deadline.
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"route"})
+	m.upstreamClass = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceproxy_upstream_responses_total",
+		Help: "Responses the upstream gave to forwarded requests, by route and status class (1xx to 5xx); failures with no response are fenceproxy_upstream_errors_total.",
+	}, []string{"route", "class"})
+	m.storeBatch = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fenceproxy_store_batch_size",
+		Help:    "Admissions and releases one round trip to the store carried (Redis pipelines, etcd transactions).",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+	})
+	m.storeRoundTrip = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fenceproxy_store_round_trip_seconds",
+		Help:    "Time of one round trip to the store that carried admissions or releases (not the wait in the queue before it).",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
 	m.Registry.MustRegister(m.requests, m.admission, m.upstreamErrors, m.drainWait, m.drain, m.regressions,
+		m.inFlight, m.upstreamTime, m.upstreamClass, m.storeBatch, m.storeRoundTrip,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// ObserveRoundTrip records one round trip of a store to its server: give
+// it to the store's OnRoundTrip option.
+func (m *Metrics) ObserveRoundTrip(rt fencestore.RoundTrip) {
+	m.storeBatch.Observe(float64(rt.Admissions + rt.Releases))
+	m.storeRoundTrip.Observe(rt.Duration.Seconds())
 }
 
 // routeMetrics are one route's collectors, resolved once at start so the hot
@@ -124,6 +166,8 @@ type routeMetrics struct {
 	stale          prometheus.Observer
 	unavailable    prometheus.Observer
 	upstreamErrors prometheus.Counter
+	upstreamTime   prometheus.Observer
+	upstreamClass  [6]prometheus.Counter // by status / 100; 0 for a status outside 100-599
 	drainWait      prometheus.Observer
 	drain          [numDrainOutcomes]prometheus.Counter
 	regressions    prometheus.Counter
@@ -135,9 +179,14 @@ func (m *Metrics) forRoute(name string, dryRun bool) *routeMetrics {
 		stale:          m.admission.WithLabelValues(name, decStale.String()),
 		unavailable:    m.admission.WithLabelValues(name, decUnavailable.String()),
 		upstreamErrors: m.upstreamErrors.WithLabelValues(name),
+		upstreamTime:   m.upstreamTime.WithLabelValues(name),
 		drainWait:      m.drainWait.WithLabelValues(name),
 		regressions:    m.regressions.WithLabelValues(name),
 	}
+	for c := 1; c <= 5; c++ {
+		rm.upstreamClass[c] = m.upstreamClass.WithLabelValues(name, string(rune('0'+c))+"xx")
+	}
+	rm.upstreamClass[0] = m.upstreamClass.WithLabelValues(name, "other")
 	for o := drainOutcome(0); o < numDrainOutcomes; o++ {
 		rm.drain[o] = m.drain.WithLabelValues(name, drainOutcomeNames[o])
 	}

@@ -21,9 +21,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/proxy"
@@ -169,6 +172,25 @@ func loadConfigWith(load func(map[string]string) (*config.Config, error), enviro
 		return nil, fmt.Errorf("invalid configuration:\n%s: %w", cfg.RoutesFile, err)
 	}
 	return cfg, nil
+}
+
+// buildInfo is fenceproxy_build_info: 1, labelled with what was built, so
+// a dashboard can tell which versions run (and a rollout's progress).
+func buildInfo() prometheus.Collector {
+	revision := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fenceproxy_build_info",
+		Help: "Always 1; the labels say which fenceproxy this is (version, Go version, VCS revision).",
+	}, []string{"version", "goversion", "revision"})
+	g.WithLabelValues(buildVersion(), runtime.Version(), revision).Set(1)
+	return g
 }
 
 func buildVersion() string {

@@ -223,7 +223,7 @@ func withKeeper(ctx context.Context, environ map[string]string, stderr io.Writer
 	defer func() { _ = log.Sync() }()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	st, err := openStore(ctx, cfg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)), prometheus.NewRegistry(), 0)
+	st, err := openStore(ctx, cfg, log.WithOptions(zap.IncreaseLevel(zap.WarnLevel)), prometheus.NewRegistry(), 0, nil)
 	if err != nil {
 		return err
 	}

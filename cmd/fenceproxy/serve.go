@@ -46,6 +46,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 			"so two unrelated writers fence each other; a routes file gives each resource its own mark")
 	}
 	metrics := proxy.NewMetrics()
+	metrics.Registry.MustRegister(buildInfo())
 	reloads := newReloadCounter(metrics.Registry)
 	keys, err := loadTokenKeys(cfg, log.Named("tokens"), reloads)
 	if err != nil {
@@ -70,7 +71,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 			return err
 		}
 	}
-	st, err := openStore(ctx, cfg, log, metrics.Registry, hooks.settingsEvery)
+	st, err := openStore(ctx, cfg, log, metrics.Registry, hooks.settingsEvery, metrics.ObserveRoundTrip)
 	if err != nil {
 		return err
 	}

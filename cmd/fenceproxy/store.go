@@ -35,7 +35,8 @@ type openedStore struct {
 	watches []func(context.Context)
 }
 
-func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, settingsEvery time.Duration) (openedStore, error) {
+func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, settingsEvery time.Duration,
+	onRoundTrip func(fencestore.RoundTrip)) (openedStore, error) {
 	switch cfg.Store {
 	case config.StoreMemory:
 		log.Warn("FENCE_STORE=memory: marks live in this process only and vanish on restart, " +
@@ -49,7 +50,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 		}
 		return openedStore{store: s, keeper: s}, nil
 	case config.StoreRedis:
-		return openRedis(ctx, cfg, log, reg, settingsEvery)
+		return openRedis(ctx, cfg, log, reg, settingsEvery, onRoundTrip)
 	case config.StoreEtcd:
 		e := cfg.Etcd
 		client, err := etcdstore.NewClient(etcdstore.ClientOptions{
@@ -61,7 +62,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 			// password, or no member reachable within the dial timeout.
 			return openedStore{}, fmt.Errorf("FENCE_ETCD_ENDPOINTS: %w", err)
 		}
-		s := etcdstore.New(client, etcdstore.Options{KeyPrefix: cfg.KeyPrefix, Logger: log.Named("etcd")})
+		s := etcdstore.New(client, etcdstore.Options{KeyPrefix: cfg.KeyPrefix, Logger: log.Named("etcd"), OnRoundTrip: onRoundTrip})
 		return openedStore{store: s, keeper: s}, nil
 	}
 	return openedStore{}, fmt.Errorf("FENCE_STORE: unknown store %q", cfg.Store)
@@ -79,7 +80,8 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 	}
 }
 
-func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, settingsEvery time.Duration) (openedStore, error) {
+func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, settingsEvery time.Duration,
+	onRoundTrip func(fencestore.RoundTrip)) (openedStore, error) {
 	rlog := log.Named("redis")
 	redis.SetLogger(redisLog{rlog})
 	client, err := redisClient(&cfg.Redis)
@@ -91,6 +93,7 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 		MinReplicas: cfg.Redis.MinReplicas,
 		WaitTimeout: cfg.Redis.WaitTimeout,
 		Logger:      rlog,
+		OnRoundTrip: onRoundTrip,
 	})
 	if err := s.Layout(); err != nil {
 		_ = s.Close()

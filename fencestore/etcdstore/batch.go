@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
 // Group commit, as the Redis store does it (redisstore/batch.go). While a
@@ -140,6 +142,8 @@ type batcher struct {
 
 	// onCommit, when set (tests), learns what each transaction carries.
 	onCommit func(admissions, releases int)
+	// observe is Options.OnRoundTrip (nil: none).
+	observe func(fencestore.RoundTrip)
 }
 
 func newBatcher(client *clientv3.Client, identity string, log *zap.Logger, ctx context.Context, spawn func(func()) bool) *batcher {
@@ -395,7 +399,11 @@ func (b *batcher) commit(ctx context.Context, t batch) {
 	if b.onCommit != nil {
 		b.onCommit(len(t.adms), len(t.rels))
 	}
+	start := time.Now()
 	resp, err := b.kv.Txn(ctx, b.request(t), grpc.WaitForReady(true))
+	if b.observe != nil {
+		b.observe(fencestore.RoundTrip{Admissions: len(t.adms), Releases: len(t.rels), Duration: time.Since(start), Failed: err != nil})
+	}
 	if err != nil && len(t.adms)+len(t.rels) > 1 && refusedWhole(err) {
 		b.lower(err, t)
 		first, second := t.halves()

@@ -38,6 +38,9 @@ type Options struct {
 	// DrainPoll is how often a Drain that no watch event woke reads its
 	// range again. Zero means DefaultDrainPoll.
 	DrainPoll time.Duration
+	// OnRoundTrip, if set, learns of every transaction that carries
+	// admissions or releases (for metrics); it must not block.
+	OnRoundTrip func(fencestore.RoundTrip)
 }
 
 // Store is a fencestore.Store and fencestore.Keeper in etcd.
@@ -101,6 +104,7 @@ func New(client *clientv3.Client, opts Options) *Store {
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.leases.s = s
 	s.batch = newBatcher(client, s.keys.identity, s.log, s.bgCtx, s.goBackground)
+	s.batch.observe = opts.OnRoundTrip
 	s.goBackground(func() { s.batch.run(s.done) })
 	return s
 }

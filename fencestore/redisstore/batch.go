@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
 // Group commit. While a pipeline of admissions is in flight, new admissions
@@ -70,6 +72,8 @@ type batcher struct {
 	// onExec, when set (tests), learns how many admissions and releases
 	// each pipeline carries.
 	onExec func(admissions, releases int)
+	// observe is Options.OnRoundTrip (nil: none).
+	observe func(fencestore.RoundTrip)
 }
 
 func newBatcher(client redis.UniversalClient, maxBatch, pipelines int, pend *pendingReleases, channel string, log *zap.Logger) *batcher {
@@ -256,6 +260,7 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) []
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	start := time.Now()
 	switch {
 	case b.oneCall:
 		b.execOne(ctx, live, rels)
@@ -263,6 +268,9 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) []
 		b.execNodes(ctx, live, rels)
 	default:
 		cmds = b.execPipeline(ctx, b.client, live, rels, cmds)
+	}
+	if b.observe != nil {
+		b.observe(fencestore.RoundTrip{Admissions: len(live), Releases: len(rels), Duration: time.Since(start), Failed: ctx.Err() != nil})
 	}
 	for _, a := range live {
 		a.done <- struct{}{}

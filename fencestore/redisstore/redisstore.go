@@ -50,6 +50,9 @@ type Options struct {
 	// DrainPoll is how often a Drain that nothing woke looks again (see
 	// flight.go). Zero means DefaultDrainPoll.
 	DrainPoll time.Duration
+	// OnRoundTrip, if set, learns of every round trip that carries
+	// admissions or releases (for metrics); it must not block.
+	OnRoundTrip func(fencestore.RoundTrip)
 }
 
 // Store is a fencestore.Store in Redis.
@@ -60,6 +63,8 @@ type Store struct {
 	waitTimeout time.Duration
 	log         *zap.Logger
 	batch       *batcher // nil: one round trip per admission
+	// onRoundTrip is Options.OnRoundTrip (nil: none).
+	onRoundTrip func(fencestore.RoundTrip)
 
 	// The identity (keeper.go): expect is the record Expect named (nil
 	// before). On a Cluster whose prefix has no hash tag, records names
@@ -147,7 +152,9 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		}
 		s.pend.max = max(maxPendingReleases, 4*maxBatch*pipelines)
 		s.batch = newBatcher(client, maxBatch, pipelines, s.pend, s.channel, s.log)
+		s.batch.observe = opts.OnRoundTrip
 	}
+	s.onRoundTrip = opts.OnRoundTrip
 	return s
 }
 
@@ -237,12 +244,18 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		wait  *redis.IntCmd
 	)
 	switch {
-	case s.minReplicas > 0:
-		reply, wait, err = s.admitAndWait(ctx, c)
-	case s.batch != nil:
-		reply, err = s.batch.admit(ctx, c)
+	case s.batch != nil && s.minReplicas <= 0:
+		reply, err = s.batch.admit(ctx, c) // the batch reports its round trip
 	default:
-		reply, err = s.run(ctx, c)
+		start := time.Now()
+		if s.minReplicas > 0 {
+			reply, wait, err = s.admitAndWait(ctx, c)
+		} else {
+			reply, err = s.run(ctx, c)
+		}
+		if s.onRoundTrip != nil {
+			s.onRoundTrip(fencestore.RoundTrip{Admissions: 1, Duration: time.Since(start), Failed: err != nil})
+		}
 	}
 	if err != nil {
 		s.refreshSlots()
