@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/internal/fencejwt"
 )
 
@@ -78,12 +79,6 @@ var tokenErrors = [numFaults]error{
 	faultOutOfRange:  errTokenOutOfRange,
 }
 
-// tokenMaxDecimal is math.MaxUint64 spelled in decimal. Two canonical decimal
-// strings of equal length compare as numbers when compared as strings, so a
-// 20-digit token is in range iff it is not greater than this string: the
-// overflow check is exact and needs no arithmetic.
-const tokenMaxDecimal = "18446744073709551615"
-
 // ParseToken parses the token header's values (r.Header[name], all lines of
 // it). The header must be present exactly once, and its value, after
 // optional whitespace (SP and HTAB) is trimmed from both ends, must be a
@@ -125,30 +120,18 @@ func parseDecimalField(values []string) (uint64, fault) {
 	if strings.IndexByte(s, ',') >= 0 {
 		return 0, faultList
 	}
-	s = trimTokenOWS(s)
-	if s == "" {
-		return 0, faultEmpty
-	}
-	// Byte-wise, so non-ASCII digits such as "١٢" are refused: only ASCII
-	// '0'-'9' spell a number. v may wrap here for a long input; it is only
-	// returned once the length and range checks below have passed.
-	var v uint64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, faultNotDecimal
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	switch {
-	case len(s) > 1 && s[0] == '0':
-		return 0, faultLeadingZero
-	case len(s) > len(tokenMaxDecimal):
-		return 0, faultTooLong
-	case len(s) == len(tokenMaxDecimal) && s > tokenMaxDecimal:
-		return 0, faultOutOfRange
-	}
-	return v, faultNone
+	v, f := fencestore.ParseDecimal(trimTokenOWS(s))
+	return v, decimalFaults[f]
+}
+
+// decimalFaults maps fencestore.ParseDecimal's faults to the header's.
+var decimalFaults = [...]fault{
+	fencestore.DecimalOK:          faultNone,
+	fencestore.DecimalEmpty:       faultEmpty,
+	fencestore.DecimalNotDigits:   faultNotDecimal,
+	fencestore.DecimalLeadingZero: faultLeadingZero,
+	fencestore.DecimalTooLong:     faultTooLong,
+	fencestore.DecimalOutOfRange:  faultOutOfRange,
 }
 
 // trimTokenOWS trims HTTP optional whitespace (RFC 9110: SP and HTAB, nothing

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"errors"
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/storetest"
 	"strconv"
 	"strings"
 	"testing"
@@ -269,4 +271,26 @@ func FuzzParseToken(f *testing.F) {
 			t.Fatalf("ParseToken(%q) = %d, which formats as %q, not the trimmed input %q", a, v, got, trimmed)
 		}
 	})
+}
+
+// The token header holds the one canonical decimal of the shared table;
+// around it only optional whitespace, and never a list.
+func TestParseTokenDecimals(t *testing.T) {
+	for _, c := range storetest.DecimalCases() {
+		if strings.ContainsAny(c.In, ",") || trimTokenOWS(c.In) != c.In {
+			continue // header rules, tested in TestParseToken
+		}
+		v, err := ParseToken([]string{c.In})
+		switch {
+		case c.Fault == fencestore.DecimalOK && (err != nil || v != c.Want):
+			t.Errorf("ParseToken(%q) = %d, %v; want %d", c.In, v, err, c.Want)
+		case c.Fault != fencestore.DecimalOK && err == nil:
+			t.Errorf("ParseToken(%q) = %d, want an error", c.In, v)
+		}
+		if c.Fault == fencestore.DecimalOK {
+			if v2, err := ParseToken([]string{" \t" + c.In + "\t "}); err != nil || v2 != c.Want {
+				t.Errorf("ParseToken(%q) with whitespace around: %d, %v", c.In, v2, err)
+			}
+		}
+	}
 }
