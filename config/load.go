@@ -21,48 +21,48 @@ import (
 // validation, not env, reports a bad value, in words that name the variable.
 // env applies the defaults, also to a variable set to "".
 type rawEnv struct {
-	UpstreamURL     string `env:"FENCE_UPSTREAM_URL"`
-	ListenAddr      string `env:"FENCE_LISTEN_ADDR" envDefault:":8080"`
-	AdminAddr       string `env:"FENCE_ADMIN_ADDR" envDefault:":9090"`
-	Store           string `env:"FENCE_STORE"`
-	BoltPath        string `env:"FENCE_BOLT_PATH" envDefault:"fenceproxy.db"`
-	RoutesFile      string `env:"FENCE_ROUTES_FILE"`
-	TokenHeader     string `env:"FENCE_TOKEN_HEADER" envDefault:"Fencing-Token"`
-	SequenceHeader  string `env:"FENCE_SEQUENCE_HEADER" envDefault:"Fencing-Sequence"`
-	KeyPrefix       string `env:"FENCE_KEY_PREFIX" envDefault:"fence:"`
-	StoreTimeout    string `env:"FENCE_STORE_TIMEOUT" envDefault:"500ms"`
-	ShutdownTimeout string `env:"FENCE_SHUTDOWN_TIMEOUT" envDefault:"25s"`
-	LogLevel        string `env:"FENCE_LOG_LEVEL" envDefault:"info"`
-	AdminPprof      string `env:"FENCE_ADMIN_PPROF" envDefault:"false"`
-	BodyTimeout     string `env:"FENCE_BODY_TIMEOUT" envDefault:"60s"`
-	UpstreamTimeout string `env:"FENCE_UPSTREAM_TIMEOUT" envDefault:"30s"`
-	Drain           string `env:"FENCE_DRAIN" envDefault:"on"`
-	DrainTimeout    string `env:"FENCE_DRAIN_TIMEOUT"`
-	StoreInit       string `env:"FENCE_STORE_INIT" envDefault:"auto"`
-	MarkCache       string `env:"FENCE_MARK_CACHE" envDefault:"100000"`
-	TokenKeysFile   string `env:"FENCE_TOKEN_KEYS_FILE"`
-	TokenLeeway     string `env:"FENCE_TOKEN_LEEWAY" envDefault:"5s"`
-	AuthzPathPrefix string `env:"FENCE_AUTHZ_PATH_PREFIX"`
-	AuthzGRPCAddr   string `env:"FENCE_AUTHZ_GRPC_ADDR"`
+	UpstreamURL     string `env:"FENCE_UPSTREAM_URL" shown:"(required)" help:"base URL of the protected service, e.g. http://127.0.0.1:3000 (serve only)"`
+	ListenAddr      string `env:"FENCE_LISTEN_ADDR" envDefault:":8080" help:"data-plane listener (authz: where questions are asked)"`
+	AdminAddr       string `env:"FENCE_ADMIN_ADDR" envDefault:":9090" help:"admin listener: /healthz, /readyz, /metrics, the status page"`
+	Store           string `env:"FENCE_STORE" shown:"redis with a Redis address, else bolt" help:"redis, etcd, bolt (an embedded durable file) or memory (tests and demos only)"`
+	BoltPath        string `env:"FENCE_BOLT_PATH" envDefault:"fenceproxy.db" help:"file of the embedded bolt store"`
+	RoutesFile      string `env:"FENCE_ROUTES_FILE" help:"YAML route table (re-read on change and SIGHUP); unset: the default rule for every request"`
+	TokenHeader     string `env:"FENCE_TOKEN_HEADER" envDefault:"Fencing-Token" help:"request header carrying the fencing token"`
+	SequenceHeader  string `env:"FENCE_SEQUENCE_HEADER" envDefault:"Fencing-Sequence" help:"request header carrying the sequence on a route with sequence: required or optional"`
+	KeyPrefix       string `env:"FENCE_KEY_PREFIX" envDefault:"fence:" help:"namespace of the marks in the store"`
+	StoreTimeout    string `env:"FENCE_STORE_TIMEOUT" envDefault:"500ms" help:"bound on one admission; past it the request gets 503"`
+	ShutdownTimeout string `env:"FENCE_SHUTDOWN_TIMEOUT" envDefault:"25s" help:"bound on draining in-flight requests at SIGTERM (below the pod's terminationGracePeriodSeconds)"`
+	LogLevel        string `env:"FENCE_LOG_LEVEL" envDefault:"info" help:"zap level; logs are JSON lines on stderr"`
+	AdminPprof      string `env:"FENCE_ADMIN_PPROF" envDefault:"false" help:"serve net/http/pprof under /debug/pprof/ on the admin port"`
+	BodyTimeout     string `env:"FENCE_BODY_TIMEOUT" envDefault:"60s" help:"bound on reading one request body from the client"`
+	UpstreamTimeout string `env:"FENCE_UPSTREAM_TIMEOUT" envDefault:"30s" help:"bound on an admitted request from admission to the end of its response (also the drain barrier's in-flight deadline)"`
+	Drain           string `env:"FENCE_DRAIN" envDefault:"on" help:"on: the drain barrier on every fenced route without drain: false; off: none"`
+	DrainTimeout    string `env:"FENCE_DRAIN_TIMEOUT" shown:"(unset: wait)" help:"bound on one wait at the drain barrier; past it 503 drain-timeout"`
+	StoreInit       string `env:"FENCE_STORE_INIT" envDefault:"auto" help:"auto: the first replica on an empty store writes its identity record; manual: only fenceproxy store init does"`
+	MarkCache       string `env:"FENCE_MARK_CACHE" envDefault:"100000" help:"resources whose greatest mark each replica remembers, to heal a store that lost one; 0: off"`
+	TokenKeysFile   string `env:"FENCE_TOKEN_KEYS_FILE" help:"a JWK Set: fenced requests must carry a token signed by one of its keys (re-read on change and SIGHUP)"`
+	TokenLeeway     string `env:"FENCE_TOKEN_LEEWAY" envDefault:"5s" help:"clock skew allowed for a signed token's exp and nbf (0s to 1h)"`
+	AuthzPathPrefix string `env:"FENCE_AUTHZ_PATH_PREFIX" help:"authz only: removed from a question's own path when no X-Original-URI or X-Forwarded-Uri names the original"`
+	AuthzGRPCAddr   string `env:"FENCE_AUTHZ_GRPC_ADDR" shown:"(unset: off)" help:"authz only: listener of Envoy's gRPC Authorization/Check"`
 
-	EtcdEndpoints string `env:"FENCE_ETCD_ENDPOINTS"`
-	EtcdUsername  string `env:"FENCE_ETCD_USERNAME"`
-	EtcdPassword  string `env:"FENCE_ETCD_PASSWORD"`
-	EtcdCAFile    string `env:"FENCE_ETCD_TLS_CA_FILE"`
-	EtcdCertFile  string `env:"FENCE_ETCD_TLS_CERT_FILE"`
-	EtcdKeyFile   string `env:"FENCE_ETCD_TLS_KEY_FILE"`
+	EtcdEndpoints string `env:"FENCE_ETCD_ENDPOINTS" help:"with FENCE_STORE=etcd: comma list of host:port or http(s)://host:port members"`
+	EtcdUsername  string `env:"FENCE_ETCD_USERNAME" help:"etcd RBAC user (read and write on the key prefix)"`
+	EtcdPassword  string `env:"FENCE_ETCD_PASSWORD" help:"password of FENCE_ETCD_USERNAME"`
+	EtcdCAFile    string `env:"FENCE_ETCD_TLS_CA_FILE" help:"PEM bundle to verify the etcd members (TLS)"`
+	EtcdCertFile  string `env:"FENCE_ETCD_TLS_CERT_FILE" help:"client certificate for etcd (with FENCE_ETCD_TLS_KEY_FILE)"`
+	EtcdKeyFile   string `env:"FENCE_ETCD_TLS_KEY_FILE" help:"private key of FENCE_ETCD_TLS_CERT_FILE"`
 
-	RedisURL      string `env:"FENCE_REDIS_URL"`
-	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS"`
-	MasterName    string `env:"FENCE_REDIS_MASTER_NAME" envDefault:"mymaster"`
-	ClusterAddrs  string `env:"FENCE_REDIS_CLUSTER_ADDRS"`
-	Username      string `env:"FENCE_REDIS_USERNAME"`
-	Password      string `env:"FENCE_REDIS_PASSWORD"`
-	TLSCAFile     string `env:"FENCE_REDIS_TLS_CA_FILE"`
-	MinReplicas   string `env:"FENCE_REDIS_MIN_REPLICAS" envDefault:"0"`
-	WaitTimeout   string `env:"FENCE_REDIS_WAIT_TIMEOUT" envDefault:"100ms"`
-	Eviction      string `env:"FENCE_REDIS_EVICTION" envDefault:"refuse"`
-	Persistence   string `env:"FENCE_REDIS_PERSISTENCE" envDefault:"warn"`
+	RedisURL      string `env:"FENCE_REDIS_URL" help:"redis://[user:pass@]host:port/db or rediss://...; set, the store is Redis"`
+	SentinelAddrs string `env:"FENCE_REDIS_SENTINEL_ADDRS" help:"comma list of host:port Redis sentinels; the store follows the master they name"`
+	MasterName    string `env:"FENCE_REDIS_MASTER_NAME" envDefault:"mymaster" help:"the sentinel master name"`
+	ClusterAddrs  string `env:"FENCE_REDIS_CLUSTER_ADDRS" help:"comma list of host:port seed nodes of a Redis Cluster"`
+	Username      string `env:"FENCE_REDIS_USERNAME" help:"Redis ACL user for sentinel or cluster data nodes (a URL carries its own)"`
+	Password      string `env:"FENCE_REDIS_PASSWORD" help:"password of FENCE_REDIS_USERNAME"`
+	TLSCAFile     string `env:"FENCE_REDIS_TLS_CA_FILE" help:"PEM bundle to verify Redis; TLS is on with rediss:// or when this is set"`
+	MinReplicas   string `env:"FENCE_REDIS_MIN_REPLICAS" envDefault:"0" help:"Redis replicas that must acknowledge a mark (WAIT) before forwarding; fewer in time: 503"`
+	WaitTimeout   string `env:"FENCE_REDIS_WAIT_TIMEOUT" envDefault:"100ms" help:"bound on that acknowledgement"`
+	Eviction      string `env:"FENCE_REDIS_EVICTION" envDefault:"refuse" help:"when Redis could evict marks (maxmemory-policy): refuse, warn or off"`
+	Persistence   string `env:"FENCE_REDIS_PERSISTENCE" envDefault:"warn" help:"when Redis does not fsync every write: warn, refuse or off"`
 }
 
 // Environ turns kv, as os.Environ returns it ("KEY=value" entries), into the

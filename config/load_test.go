@@ -653,3 +653,16 @@ func TestLoadAuthz(t *testing.T) {
 		})
 	}
 }
+
+// Every variable Load reads has a one-line help and a default to show.
+func TestVariables(t *testing.T) {
+	vars := Variables()
+	if len(vars) != len(KnownVariables()) {
+		t.Fatalf("%d variables described, %d read", len(vars), len(KnownVariables()))
+	}
+	for _, v := range vars {
+		if !strings.HasPrefix(v.Name, "FENCE_") || v.Help == "" || v.Default == "" || strings.Contains(v.Help, "\n") || len(v.Help) > 140 {
+			t.Errorf("%+v: want a FENCE_ name, a default and a help of one short line", v)
+		}
+	}
+}

@@ -25,6 +25,35 @@ var knownVariables = func() []string {
 // sorted.
 func KnownVariables() []string { return slices.Clone(knownVariables) }
 
+// Variable is one FENCE_* variable as `fenceproxy help` and the README's
+// configuration table show it: taken from the same struct tags Load reads,
+// so the three cannot drift apart.
+type Variable struct {
+	Name    string
+	Default string // as shown: the value, or a phrase in parentheses
+	Help    string // one line
+}
+
+// Variables returns every FENCE_* variable in the order of the
+// configuration's definition (the most used first).
+func Variables() []Variable {
+	var out []Variable
+	t := reflect.TypeFor[rawEnv]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		v := Variable{Name: f.Tag.Get("env"), Help: f.Tag.Get("help"), Default: f.Tag.Get("shown")}
+		if v.Default == "" {
+			if d, ok := f.Tag.Lookup("envDefault"); ok {
+				v.Default = d
+			} else {
+				v.Default = "(unset)"
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // serviceLinkRE matches the variables Kubernetes injects for a Service whose
 // name starts with "fence" (service links: a Service "fence-redis" gives
 // FENCE_REDIS_SERVICE_HOST, FENCE_REDIS_PORT_6379_TCP_ADDR, ...). They are

@@ -79,6 +79,7 @@ const usage = `usage: fenceproxy [serve | authz | check [--connect] | store init
   demo      replay the stale-lease story against a real fenceproxy, then keep
             serving it (flags: -once, -listen addr, -pause duration; -h)
   version   print the version (also --version)
+  help      this text and every FENCE_* variable (--markdown: as a table)
 
 Configuration: FENCE_* environment variables and an optional routes file
 (FENCE_ROUTES_FILE); see the README.`
@@ -101,6 +102,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return marksCmd(ctx, args, environ, stdout, stderr)
 	case "token":
 		return tokenCmd(args, stdout, stderr)
+	case "help", "-h", "--help":
+		return help(args, stdout)
 	}
 	if len(args) > 0 {
 		return &usageError{fmt.Sprintf("%s takes no arguments\n%s", cmd, usage)}
@@ -120,9 +123,6 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return serve(ctx, cfg, stderr, serveHooks{})
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "fenceproxy", buildVersion())
-		return nil
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
 		return nil
 	}
 	return &usageError{fmt.Sprintf("unknown command %q\n%s", cmd, usage)}
