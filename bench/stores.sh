@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/stores.sh: fenceproxy on etcd against fenceproxy on Redis, and the
-# mark cache on against off, in ONE interleaved run (issue 11's speed goals).
+# mark cache on against off, in ONE interleaved run (the store goals of docs/performance.md).
 #
 #   bench/stores.sh                 ~3 min: ROUNDS=3 DURATION=8s
 #

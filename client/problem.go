@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Problem types of the fenceproxy contract: the "type" member of its RFC 9457
+// Problem types of fenceproxy's answers (README.md, Answers): the "type" member of its RFC 9457
 // answers. Only answers whose type has typePrefix are fenceproxy's.
 const (
 	typePrefix           = "urn:fenceproxy:"

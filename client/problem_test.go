@@ -21,7 +21,7 @@ var sentinels = []error{
 	client.ErrSequenceExhausted, client.ErrTokenInvalid, client.ErrTokenWrongResource,
 }
 
-// Each refusal of the contract's table becomes its sentinel, with every field
+// Each refusal of the answers table (README.md) becomes its sentinel, with every field
 // parsed, after http.Client.Do (which wraps it in *url.Error).
 func TestTransportProblems(t *testing.T) {
 	tests := []struct {

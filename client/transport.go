@@ -100,7 +100,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		seq, err = seqv.draw() // drawn last: a request refused here spends no number
 	}
 	if err != nil {
-		// The RoundTripper contract: the request body is closed, even on
+		// As http.RoundTripper's documentation requires: the request body is closed, even on
 		// error.
 		if req.Body != nil {
 			_ = req.Body.Close()

@@ -163,7 +163,7 @@ func TestTransportRefusesUnsendableSignedToken(t *testing.T) {
 }
 
 // A request whose context has no token is refused before the network, and
-// its body is closed as the RoundTripper contract requires.
+// its body is closed, as http.RoundTripper's documentation requires.
 func TestTransportNoToken(t *testing.T) {
 	rec := newRecorder(t, nil)
 	body := newCloseTracker("payload")

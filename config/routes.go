@@ -58,7 +58,7 @@ type rawRule struct {
 	Enforce  *bool    `yaml:"enforce"` // false: dry run
 }
 
-// ParseRoutes parses and validates a routes file (see the contract for its
+// ParseRoutes parses and validates a routes file (docs/routes.md describes its
 // schema). Unknown keys, values of the wrong type and every invalid or
 // contradictory setting are errors; all of them are returned at once, one per
 // line, each naming the route (by name, or as routes[i] when it has none) or

@@ -27,7 +27,7 @@ import (
 const repoRoot = ".."
 
 // checkDockerfile parses a Dockerfile with BuildKit's own parser and linter
-// and returns what breaks the image's contract: multi-stage; the build
+// and returns what breaks what the image promises: multi-stage; the build
 // stage runs `make build` (the target CI builds the binary with: CGO off,
 // -trimpath, the version ldflag) on an official Go image of the module's Go
 // version; the final stage is distroless static or scratch (no shell), runs

@@ -40,8 +40,8 @@ func TestStaleHolderIsFenced(t *testing.T) {
 	}
 }
 
-// Every answer of the contract's table, with its problem type.
-func TestContractAnswers(t *testing.T) {
+// Every answer of the README's table, with its problem type.
+func TestAnswers(t *testing.T) {
 	closed := memstore.New()
 	_ = closed.Close() // a store that cannot answer: every admission errs
 

@@ -6,7 +6,7 @@ import (
 )
 
 // The parsers run on every request before anything else, so their
-// allocation counts are part of their contract. Allocation counts are
+// allocation counts are part of what they promise. Allocation counts are
 // deterministic (unlike timings), so they are asserted in tests; the
 // benchmarks below only report.
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 )
 
-// Problem types of the contract. Each is the "type" member of an RFC 9457
+// Problem types of fenceproxy's answers (README.md, Answers). Each is the "type" member of an RFC 9457
 // answer and never changes once published.
 const (
 	TypeStaleToken       = "urn:fenceproxy:stale-token"

@@ -81,11 +81,11 @@ func requestCount(t *testing.T, f *fixture, route, decision string) int {
 	return 0
 }
 
-// The contract's sequence cases one by one, each against a fresh store:
+// The documented sequence cases one by one, each against a fresh store:
 // the answer, its members (all decimal strings), the decision counted, and
 // that the upstream receives nothing for a refusal and both headers intact
 // for an admission.
-func TestSequenceContract(t *testing.T) {
+func TestSequenceAnswers(t *testing.T) {
 	type step struct {
 		target  string
 		headers []string

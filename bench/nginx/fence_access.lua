@@ -2,7 +2,7 @@
 -- phase doing the same compare-and-advance in Redis as fenceproxy: one EVALSHA
 -- per fenced request over a pooled cosocket, failing closed (503) when Redis
 -- does not answer. Written for the benchmark only: it implements the part of
--- fenceproxy's contract the load uses (>= comparison, canonical uint64
+-- fenceproxy's rules the load uses (>= comparison, canonical uint64
 -- tokens, 409/428/400/503), not routes files or metrics.
 --
 -- Loaded by nginx-lua.conf (bench/lib.sh renders it):

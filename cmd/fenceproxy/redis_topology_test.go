@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of every Redis configuration of the contract ("Redis
+// End-to-end tests of every documented Redis configuration ("Redis
 // beyond one node": TLS, ACL credentials, sentinel, cluster, WAIT for
 // replicas, the eviction readiness check) through the real program, against
 // real redis-server processes on loopback ports.
@@ -170,7 +170,7 @@ func wantNoACLDenials(t *testing.T, addr string, base *redis.Options) {
 }
 
 // TLS: rediss:// with FENCE_REDIS_TLS_CA_FILE (a test CA) admits and refuses
-// through a TLS-only redis-server, and the mark is where the contract says;
+// through a TLS-only redis-server, and the mark is where docs/stores.md says;
 // redis:// with the CA file also speaks TLS; without the CA file the
 // server's certificate does not verify against the system roots, so the
 // program is not ready and fails closed.
@@ -431,7 +431,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 
 // Cluster: three masters; the program, seeded with two of them and given
 // ACL credentials, admits and refuses 50 resources spread over the slots of
-// all three nodes, and the marks are where the contract says.
+// all three nodes, and the marks are where docs/stores.md says.
 func TestRedisCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	for _, s := range cluster.Nodes {

@@ -226,7 +226,7 @@ func TestConformanceMinReplicas(t *testing.T) {
 	})
 }
 
-// TestLayout checks the contract's layout: GET <prefix><resource> is the
+// TestLayout checks the documented key layout: GET <prefix><resource> is the
 // decimal mark, with no TTL.
 func TestLayout(t *testing.T) {
 	srv := redistest.Start(t)
