@@ -1,0 +1,367 @@
+package deploy
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/proxy"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// The names the authorization-mode manifests and these checks agree on.
+const (
+	// AuthzCommand is the subcommand of the authorization mode.
+	AuthzCommand = "authz"
+	// AuthzHTTPPortName is the container port of FENCE_LISTEN_ADDR in
+	// authorization mode: the HTTP form (nginx auth_request, Traefik
+	// ForwardAuth, ingress-nginx auth-url, Envoy's HTTP service).
+	AuthzHTTPPortName = "authz-http"
+	// AuthzGRPCPortName is the container port of FENCE_AUTHZ_GRPC_ADDR:
+	// Envoy's gRPC Authorization/Check (Envoy, Istio).
+	AuthzGRPCPortName = "authz-grpc"
+)
+
+// barrierVariables configure what only the proxy mode has: the drain
+// barrier, the upstream deadline and the body read before admission. In
+// authorization mode fenceproxy never sees the upstream exchange nor the
+// body, and config.LoadAuthz accepts them without effect; setting them
+// suggests an order at the upstream that this mode does not give.
+var barrierVariables = []string{"FENCE_DRAIN", "FENCE_DRAIN_TIMEOUT", "FENCE_UPSTREAM_TIMEOUT", "FENCE_BODY_TIMEOUT"}
+
+// Authz describes one workload running `fenceproxy authz`.
+type Authz struct {
+	Workload           string         // Kind/namespace/name
+	Container          string         // the container running fenceproxy authz
+	Config             *config.Config // as config.LoadAuthz read it; nil if it failed
+	Services           []string       // Services selecting the pods
+	NetworkPolicies    []string       // NetworkPolicies restricting ingress to the pods
+	DisruptionBudgets  []string       // PodDisruptionBudgets selecting the pods
+	Redis              string         // the StatefulSet FENCE_REDIS_URL reaches, "" if not among the objects
+	HTTPPort, GRPCPort int32          // container ports of the HTTP and gRPC forms (0: none)
+	ServiceGRPCPort    int32          // the Service port that reaches GRPCPort (0: none)
+	ServiceHTTPPort    int32          // the Service port that reaches HTTPPort (0: none)
+	ServiceName        string         // the first Service selecting the pods
+	ServiceNamespace   string         // and its namespace
+}
+
+// AuthzReport is what CheckAuthz found.
+type AuthzReport struct {
+	Problems []error
+	Authz    []Authz
+}
+
+// Err joins the problems (nil when there are none).
+func (r AuthzReport) Err() error { return errors.Join(r.Problems...) }
+
+// IsAuthzContainer reports whether c runs `fenceproxy authz`: the fenceproxy
+// image with the authz subcommand as its first argument (or last word of
+// its command).
+func IsAuthzContainer(c *corev1.Container) bool {
+	if imageRepoBase(c.Image) != "fenceproxy" {
+		return false
+	}
+	words := append(slices.Clone(c.Command), c.Args...)
+	for _, w := range words {
+		if w == AuthzCommand {
+			return true
+		}
+		if !strings.HasPrefix(w, "/") && w != "fenceproxy" {
+			return false // another subcommand
+		}
+	}
+	return false
+}
+
+// imageRepoBase is the last path element of an image reference, without
+// tag or digest: "fenceproxy" for registry.example.com/team/fenceproxy:v1.
+func imageRepoBase(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	base := path.Base(image)
+	base, _, _ = strings.Cut(base, ":")
+	return base
+}
+
+// CheckAuthz checks the workloads that run `fenceproxy authz`, the
+// authorization mode, in which a front proxy asks fenceproxy before each
+// request and fenceproxy forwards nothing. Check (run it too) checks every
+// pod's security context and resources and any Redis among the objects;
+// Check's sidecar rules do not apply to these workloads (there is no app in
+// the pod and no upstream), so CheckAuthz asserts instead what this mode
+// needs:
+//
+//   - fenceproxy authz is a regular container (a service of its own, not a
+//     sidecar), runs as the image's user, and its environment and routes
+//     file pass fenceproxy's own config.LoadAuthz and route check (no
+//     FENCE_UPSTREAM_URL needed); the proxy-only settings (drain barrier,
+//     upstream and body timeouts) are not set, since they do nothing here;
+//   - its listeners are published as the container ports authz-http,
+//     authz-grpc (when FENCE_AUTHZ_GRPC_ADDR is set, and only then) and
+//     fence-admin, on every interface (the front proxy is another pod);
+//     liveness (/healthz) and readiness (/readyz) probe the admin port, and
+//     Prometheus scrapes it;
+//   - availability: every request through the front proxy waits for it and
+//     is refused while it cannot be asked, so at least two replicas sharing
+//     one store (no bolt, no memory), a PodDisruptionBudget that keeps one,
+//     and a rolling update that never has fewer ready pods than replicas;
+//   - a Service reaches the HTTP or gRPC port (never the admin port), and
+//     names a gRPC port as such (appProtocol grpc or a grpc name) so that
+//     Istio and Envoy speak HTTP/2 to it;
+//   - a NetworkPolicy admits only named callers: whoever reaches it has its
+//     decisions made (moves marks with any token it holds, reads marks from
+//     refusals), so every rule names its ports and its sources.
+func CheckAuthz(objs []Object) AuthzReport {
+	var errs []error
+	var rep AuthzReport
+	idx := newIndex(objs)
+	var pdbs []*policyv1.PodDisruptionBudget
+	for _, o := range objs {
+		if v, ok := o.Obj.(*policyv1.PodDisruptionBudget); ok {
+			pdbs = append(pdbs, v)
+		}
+	}
+	for _, w := range idx.workloads {
+		p := problems{prefix: w.obj.String(), errs: &errs}
+		for i := range w.spec.InitContainers {
+			if IsAuthzContainer(&w.spec.InitContainers[i]) {
+				p.add("init container %s runs fenceproxy authz: the authorization mode is a service of its own (a regular container of its own Deployment), not a sidecar", w.spec.InitContainers[i].Name)
+			}
+		}
+		for i := range w.spec.Containers {
+			c := &w.spec.Containers[i]
+			if IsAuthzContainer(c) {
+				rep.Authz = append(rep.Authz, checkAuthzWorkload(p, idx, pdbs, w, c))
+			}
+		}
+	}
+	rep.Problems = errs
+	return rep
+}
+
+func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionBudget, w workload, c *corev1.Container) Authz {
+	a := Authz{Workload: w.obj.String(), Container: c.Name}
+	p := wp.sub("container " + c.Name)
+	if uid := runAsUser(w.spec, c); uid == nil || *uid != SidecarUID {
+		p.add("securityContext.runAsUser must be %d, the image's USER", SidecarUID)
+	}
+	httpPort, adminPort := namedPort(p, c, AuthzHTTPPortName), namedPort(p, c, AdminPortName)
+	a.HTTPPort = httpPort
+	var grpcPort int32
+	for _, cp := range c.Ports {
+		if cp.Name == AuthzGRPCPortName {
+			grpcPort = cp.ContainerPort
+		}
+	}
+	a.GRPCPort = grpcPort
+
+	env := resolveEnv(p, idx, w, c)
+	cfg, err := loadAuthzConfig(p, idx, w, c, env)
+	if err != nil {
+		p.add("the environment and routes file fail fenceproxy's config.LoadAuthz / route check:\n%v", err)
+	}
+	a.Config = cfg
+	for _, v := range barrierVariables {
+		if _, set := env[v]; set {
+			p.add("%s is set: it has no effect in authorization mode, where fenceproxy never sees the upstream exchange nor the body (there is no drain barrier); remove it", v)
+		}
+	}
+
+	checkProbe(p, "livenessProbe", c, c.LivenessProbe, "/healthz", adminPort, true)
+	checkProbe(p, "readinessProbe", c, c.ReadinessProbe, "/readyz", adminPort, true)
+	checkProbe(p, "startupProbe", c, c.StartupProbe, "/healthz", adminPort, false)
+	ann := w.meta.Annotations
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != fmt.Sprint(adminPort) {
+		wp.add("pod template annotations must be prometheus.io/scrape=true, prometheus.io/port=%d (%s), prometheus.io/path=/metrics; have %v",
+			adminPort, AdminPortName, promAnnotations(ann))
+	}
+
+	if cfg != nil {
+		checkListen(p, "FENCE_LISTEN_ADDR", cfg.ListenAddr, httpPort, AuthzHTTPPortName)
+		checkListen(p, "FENCE_ADMIN_ADDR", cfg.AdminAddr, adminPort, AdminPortName)
+		switch {
+		case cfg.Authz.GRPCAddr != "" && grpcPort == 0:
+			p.add("FENCE_AUTHZ_GRPC_ADDR %q is set but no container port is named %s", cfg.Authz.GRPCAddr, AuthzGRPCPortName)
+		case cfg.Authz.GRPCAddr != "":
+			checkListen(p, "FENCE_AUTHZ_GRPC_ADDR", cfg.Authz.GRPCAddr, grpcPort, AuthzGRPCPortName)
+		case grpcPort != 0:
+			p.add("container port %s is declared but FENCE_AUTHZ_GRPC_ADDR is unset: nothing listens there", AuthzGRPCPortName)
+		}
+		checkGrace(wp, w, cfg)
+		a.Redis = checkStore(p, idx, w, c, cfg)
+		if cfg.Store == config.StoreBolt {
+			p.add("the bolt store is one file in one pod: fenceproxy authz needs replicas sharing one store (Redis or etcd)")
+		}
+	}
+
+	checkAuthzAvailability(wp, pdbs, w, &a)
+	checkAuthzExposure(wp, idx, w, c, httpPort, grpcPort, adminPort, &a)
+	return a
+}
+
+// checkAuthzAvailability: fail closed means a missing fenceproxy refuses
+// every fenced request through the front proxy.
+func checkAuthzAvailability(p problems, pdbs []*policyv1.PodDisruptionBudget, w workload, a *Authz) {
+	if w.replicas < 2 {
+		p.add("replicas %d: every fenced request through the front proxy is refused while fenceproxy authz cannot be asked; run at least 2", w.replicas)
+	}
+	podLabels := labels.Set(w.meta.Labels)
+	for _, pdb := range pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if pdb.Namespace != w.ns || err != nil || sel.Empty() || !sel.Matches(podLabels) {
+			continue
+		}
+		a.DisruptionBudgets = append(a.DisruptionBudgets, pdb.Name)
+		switch {
+		case pdb.Spec.MinAvailable != nil:
+			if v := pdb.Spec.MinAvailable; v.Type == intstr.Int && v.IntVal < 1 {
+				p.add("PodDisruptionBudget %s minAvailable %d keeps no pod", pdb.Name, v.IntVal)
+			}
+		case pdb.Spec.MaxUnavailable != nil:
+			if v := pdb.Spec.MaxUnavailable; v.Type == intstr.Int && v.IntVal >= w.replicas {
+				p.add("PodDisruptionBudget %s maxUnavailable %d lets every pod go", pdb.Name, v.IntVal)
+			}
+		}
+	}
+	if len(a.DisruptionBudgets) == 0 {
+		p.add("no PodDisruptionBudget selects the pods: a node drain may evict every replica at once")
+	}
+	if dep, ok := w.obj.Obj.(*appsv1.Deployment); ok {
+		if ru := dep.Spec.Strategy.RollingUpdate; dep.Spec.Strategy.Type == "Recreate" {
+			p.add("strategy Recreate stops every replica before starting new ones")
+		} else if ru == nil || ru.MaxUnavailable == nil || !(ru.MaxUnavailable.Type == intstr.Int && ru.MaxUnavailable.IntVal == 0) {
+			p.add("strategy.rollingUpdate.maxUnavailable must be 0: a rollout must not take a replica away before its replacement is ready (the default, 25%%, does)")
+		}
+	}
+}
+
+// checkAuthzExposure: a Service reaches the data ports only; NetworkPolicies
+// name the callers of every port.
+func checkAuthzExposure(p problems, idx *index, w workload, c *corev1.Container, httpPort, grpcPort, adminPort int32, a *Authz) {
+	podLabels := labels.Set(w.meta.Labels)
+	for _, svc := range idx.services {
+		if svc.Namespace != w.ns || len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+			continue
+		}
+		a.Services = append(a.Services, svc.Name)
+		if a.ServiceName == "" {
+			a.ServiceName, a.ServiceNamespace = svc.Name, svc.Namespace
+		}
+		for _, sp := range svc.Spec.Ports {
+			tp := sp.TargetPort
+			if tp.Type == intstr.Int && tp.IntVal == 0 {
+				tp = intstr.FromInt32(sp.Port)
+			}
+			switch target := declaredPort(c, tp); {
+			case target == 0:
+				p.add("Service %s port %s targets %s, not a port of container %s", svc.Name, sp.Name, tp.String(), c.Name)
+			case target == adminPort:
+				p.add("Service %s port %s targets the admin port %s: /metrics (and pprof, when on) is not for callers; Prometheus scrapes the pods", svc.Name, sp.Name, AdminPortName)
+			case target == grpcPort:
+				if a.ServiceGRPCPort == 0 {
+					a.ServiceGRPCPort = sp.Port
+				}
+				if (sp.AppProtocol == nil || *sp.AppProtocol != "grpc") && sp.Name != "grpc" && !strings.HasPrefix(sp.Name, "grpc-") {
+					p.add("Service %s port %s reaches the gRPC port but says so neither by appProtocol: grpc nor by a name grpc or grpc-*: Istio would treat it as HTTP/1 or TCP", svc.Name, sp.Name)
+				}
+			case target == httpPort:
+				if a.ServiceHTTPPort == 0 {
+					a.ServiceHTTPPort = sp.Port
+				}
+			}
+		}
+	}
+	if len(a.Services) == 0 {
+		p.add("no Service selects the pods: the front proxy has nothing stable to call")
+	}
+
+	for _, np := range idx.policies {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if np.Namespace != w.ns || err != nil || !sel.Matches(podLabels) {
+			continue
+		}
+		if len(np.Spec.PolicyTypes) > 0 && !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			continue
+		}
+		a.NetworkPolicies = append(a.NetworkPolicies, np.Name)
+		for i, rule := range np.Spec.Ingress {
+			if len(rule.Ports) == 0 {
+				p.add("NetworkPolicy %s ingress[%d] admits every port", np.Name, i)
+			}
+			if len(rule.From) == 0 {
+				p.add("NetworkPolicy %s ingress[%d] admits every source: name the front proxy's pods (whoever reaches fenceproxy authz has its decisions made, and reads marks in its refusals)", np.Name, i)
+			}
+			for _, port := range rule.Ports {
+				switch {
+				case port.Port == nil:
+					p.add("NetworkPolicy %s ingress[%d] admits every port of its protocol", np.Name, i)
+				case port.EndPort != nil:
+					p.add("NetworkPolicy %s ingress[%d] admits a port range", np.Name, i)
+				case declaredPort(c, *port.Port) == 0:
+					p.add("NetworkPolicy %s ingress[%d] admits port %s, not a port of container %s", np.Name, i, port.Port.String(), c.Name)
+				}
+			}
+		}
+	}
+	if len(a.NetworkPolicies) == 0 {
+		p.add("no NetworkPolicy restricts ingress to the pods: anyone in the cluster can have decisions made")
+	}
+}
+
+// loadAuthzConfig is loadConfig with config.LoadAuthz: the files the
+// environment names (FENCE_*_FILE) are read from the ConfigMap or Secret
+// mounted at that path and handed to LoadAuthz as temporary files.
+func loadAuthzConfig(p problems, idx *index, w workload, c *corev1.Container, env map[string]string) (*config.Config, error) {
+	dir, err := os.MkdirTemp("", "fenceproxy-deploy-check-authz-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	env = maps.Clone(env)
+	var renames []string
+	for k, v := range env {
+		if !strings.HasPrefix(k, "FENCE_") || !strings.HasSuffix(k, "_FILE") || v == "" {
+			continue
+		}
+		tmp := filepath.Join(dir, strings.ToLower(k))
+		renames = append(renames, tmp, v)
+		env[k] = tmp
+		data, err := mountedFile(idx, w, c, v)
+		if err != nil {
+			p.add("%s %q: %v", k, v, err)
+			continue
+		}
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	pod := strings.NewReplacer(renames...)
+	cfg, err := config.LoadAuthz(env)
+	if err != nil {
+		return nil, errors.New(pod.Replace(err.Error()))
+	}
+	if err := proxy.CheckRoutes(cfg.Routes); err != nil {
+		return nil, errors.New(pod.Replace(err.Error()))
+	}
+	return cfg, nil
+}
+
+// declaredPort is resolvePort, but 0 also for a number c does not declare.
+func declaredPort(c *corev1.Container, port intstr.IntOrString) int32 {
+	n := resolvePort(c, port)
+	if !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == n }) {
+		return 0
+	}
+	return n
+}
