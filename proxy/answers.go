@@ -30,6 +30,7 @@ const (
 	refDrainTimeout                         // FENCE_DRAIN_TIMEOUT passed at the barrier
 	refDrainDeadline                        // the upstream deadline passed at the barrier
 	refOriginalAmbiguous                    // authorization mode: the original request named twice, differently
+	refNotCanonical                         // authorization mode: a fenced path not spelled canonically
 	numRefusals
 )
 
@@ -67,6 +68,7 @@ var answers = [numRefusals]reply{
 	refDrainTimeout:      {decAdmitted, http.StatusServiceUnavailable, TypeDrainTimeout, "Older requests still in flight", false},
 	refDrainDeadline:     {decAdmitted, http.StatusGatewayTimeout, "about:blank", http.StatusText(http.StatusGatewayTimeout), false},
 	refOriginalAmbiguous: {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Ambiguous original request", false},
+	refNotCanonical:      {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Path not in canonical form", false},
 }
 
 // problemFor is the problem answering k, with its detail.

@@ -143,6 +143,19 @@ func (a *Authz) original(r *http.Request) (*http.Request, refusal, string) {
 	return o, 0, ""
 }
 
+// spelledCanonically reports whether escaped, a path as sent, spells the
+// canonical path canon (decoded; with the trailing slash it was sent with):
+// as canon itself, or as canon percent-encoded the way Go encodes a path
+// (so "/orders/caf%C3%A9" spells "/orders/café"). A dot segment, a doubled
+// slash or an escape of a character that needs none ("%34%32" for "42")
+// does not.
+func spelledCanonically(escaped, canon string, trailing bool) bool {
+	if trailing && canon != "/" {
+		canon += "/"
+	}
+	return escaped == canon || escaped == (&url.URL{Path: canon}).EscapedPath()
+}
+
 // originalOf is the value of the first or the second header, "" when
 // neither is present; an error when one is repeated or the two differ.
 func originalOf(h http.Header, first, second string) (string, error) {

@@ -73,6 +73,14 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 		v.dec = decUnfenced
 		return v
 	}
+	if authz && !spelledCanonically(r.URL.EscapedPath(), canon, trailing) {
+		// The asking proxy passes the path on as it was sent, and the
+		// service may read another spelling differently from the canonical
+		// path fenced here: in the proxy mode the service receives the
+		// canonical path, here only a canonical spelling can be trusted.
+		return v.refused(refNotCanonical, "the path is not in canonical form ("+strconv.Quote(canon)+
+			"): in the authorization mode the service receives the path as sent, so only its canonical spelling is fenced")
+	}
 	if name := nonCanonicalUint(rt, rctx); name != "" {
 		return v.refused(refAmbiguousNumber, "path parameter {"+name+"} must be a canonical unsigned integer "+
 			"(digits only, no sign, no leading zero): another spelling of the same number would escape its mark")
