@@ -25,6 +25,10 @@ const (
 // left in its results directory: machine.tsv, phases.tsv, compare-*.tsv,
 // compare.out, openloop.tsv, openloop.out, the sweep data file and, when
 // present, crosscheck.txt (summary lines of an independent harness, pasted).
+// The hand-written sections of the doc it replaces (-docs/performance.md:
+// each a "## " section whose text starts with "Hand-written") are carried
+// over, in their order, after the generated ones: they report runs of other
+// scripts (bench/signed.sh, stores.sh, authz.sh) that run-all.sh does not make.
 func docCmd(args []string) error {
 	fs := flag.NewFlagSet("doc", flag.ExitOnError)
 	run := fs.String("run", "", "results directory of one bench/run-all.sh run")
@@ -37,6 +41,13 @@ func docCmd(args []string) error {
 		return err
 	}
 	d.quick = *quick == "1"
+	prev := filepath.Join(*docs, "performance.md")
+	if b, err := os.ReadFile(prev); err == nil {
+		d.kept = handWritten(string(b))
+		fmt.Fprintf(os.Stderr, "report: %d hand-written section(s) of %s carried over\n", len(d.kept), prev)
+	} else {
+		fmt.Fprintf(os.Stderr, "report: no %s (%v): no hand-written sections carried over\n", prev, err)
+	}
 	md := d.render()
 	if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
 		return err
@@ -57,6 +68,7 @@ type runData struct {
 	olLines    []string
 	sweep      [][]string // data file rows, header first
 	crosscheck string
+	kept       []string // hand-written sections of the previous doc, carried over (handWritten)
 	ncpu       float64
 	cmds       map[string][]cmdRow // Redis commands per run, by setting
 	wake       []wakeRow           // bench/cmd/drainwake, drainwake.tsv
@@ -288,7 +300,13 @@ func (d *runData) render() string {
 	if d.quick {
 		p(" **This was a QUICK=1 smoke run: one short round per target; its numbers are not a result.**")
 	}
-	p(" Every number below comes from that run; the figures are ratios and differences of targets measured\n")
+	if len(d.kept) > 0 {
+		p(" Every number below comes from that run, except in the hand-written sections at the end, carried over\n")
+		p("from the previous version of this file, each of which says how and when it was measured;")
+	} else {
+		p(" Every number below comes from that run;")
+	}
+	p(" the figures are ratios and differences of targets measured\n")
 	p("side by side, interleaved round by round, on a shared virtual machine where absolute numbers drift\n")
 	p("from minute to minute. Regenerate it with `make bench` (see [How to reproduce](#how-to-reproduce)).\n\n")
 	p("**fenceproxy** in every table is fenceproxy as shipped: the drain barrier on (`FENCE_DRAIN=on`, the default),\n")
@@ -763,7 +781,49 @@ func (d *runData) render() string {
 	p("A run with non-2xx answers prints fenceproxy's decision counters and refusal log lines for that run.\n")
 	p("The harness's own smoke test: `cd bench && go test -run TestCompareQuick .` (skipped with `-short` or without\n")
 	p("wrk, nginx, redis-server).\n")
+	for _, sec := range d.kept {
+		p("\n%s", sec)
+	}
 	return b.String()
+}
+
+// handWritten returns the sections of a performance.md that were written by
+// hand, not by this command: each "## " heading whose first line of text
+// starts with "Hand-written", with everything up to the next "## " heading
+// (lines inside ``` fences are never headings), ending in one newline.
+func handWritten(md string) []string {
+	var out []string
+	var sec []string
+	flush := func() {
+		if len(sec) == 0 {
+			return
+		}
+		for _, l := range sec[1:] {
+			if t := strings.TrimSpace(l); t != "" {
+				if strings.HasPrefix(t, "Hand-written") {
+					out = append(out, strings.TrimRight(strings.Join(sec, "\n"), "\n")+"\n")
+				}
+				break
+			}
+		}
+		sec = nil
+	}
+	fenced := false
+	for _, l := range strings.Split(md, "\n") {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
+		}
+		if !fenced && strings.HasPrefix(l, "## ") {
+			flush()
+			sec = []string{l}
+			continue
+		}
+		if sec != nil {
+			sec = append(sec, l)
+		}
+	}
+	flush()
+	return out
 }
 
 func (d *runData) sweepRatios(col map[string]int) string {

@@ -212,3 +212,54 @@ func TestDocDrain(t *testing.T) {
 		t.Logf("doc:\n%s", md)
 	}
 }
+
+// TestHandWrittenKept: the hand-written sections of the previous doc (and
+// only those, fences and all) come back after the generated ones.
+func TestHandWrittenKept(t *testing.T) {
+	prev := "# Performance\n\nGenerated.\n\n## Summary\n\n- generated\n\n## How to reproduce\n\nold text\n\n" +
+		"## Signed tokens\n\nHand-written; not produced by `bench/run-all.sh`. One.\n\n```sh\n## not a heading\n```\n\n### a subsection\n\nstill one\n\n" +
+		"## Generated later\n\nnot kept\n\n" +
+		"## Authorization mode\n\n\nHand-written; two.\n"
+	kept := handWritten(prev)
+	want := []string{
+		"## Signed tokens\n\nHand-written; not produced by `bench/run-all.sh`. One.\n\n```sh\n## not a heading\n```\n\n### a subsection\n\nstill one\n",
+		"## Authorization mode\n\n\nHand-written; two.\n",
+	}
+	if fmt.Sprint(kept) != fmt.Sprint(want) {
+		t.Fatalf("handWritten:\n%q\nwant\n%q", kept, want)
+	}
+
+	dir := t.TempDir()
+	var rows strings.Builder
+	rows.WriteString("setting\tround\ttarget\tconns\trps\trequests\tp50_us\tp90_us\tp99_us\tmax_us\tnon2xx\tsockerr\tstatuses\tcpu_proxy\tcpu_origin\tcpu_redis\tcpu_wrk\tcpu_idle\tcpu_steal\twall_s\tdecisions\n")
+	for _, tg := range []string{"go-plain", "fenceproxy"} {
+		fmt.Fprintf(&rows, "none\t1\t%s\t32\t9000.0\t72000\t3000\t5000\t10000\t20000\t0\t0\t-\t0.800\t0.400\t0.200\t0.200\t0.100\t0.000\t8.000\t-\n", tg)
+	}
+	for name, text := range map[string]string{
+		"machine.tsv":      "date\t2026-12-01T00:00:00Z\nnproc\t2\ncommit\tabc1234\n",
+		"compare-none.tsv": rows.String(),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := loadRun(dir, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.kept = kept
+	md := d.render()
+	i, j, k := strings.Index(md, "## How to reproduce"), strings.Index(md, want[0]), strings.Index(md, want[1])
+	if i < 0 || j < i || k < j || !strings.HasSuffix(md, want[1]) {
+		t.Errorf("kept sections missing or out of place (reproduce %d, first %d, second %d):\n%s", i, j, k, md)
+	}
+	if !strings.Contains(md, "except in the hand-written sections at the end") {
+		t.Error("the header does not say some sections are not from this run")
+	}
+	if strings.Contains(md, "not kept") {
+		t.Error("a generated section of the previous doc was carried over")
+	}
+	if again := handWritten(md); fmt.Sprint(again) != fmt.Sprint(want) {
+		t.Errorf("a regenerated doc does not keep them again: %q", again)
+	}
+}
