@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -52,6 +53,8 @@ var Kinds = map[schema.GroupVersionKind]func() any{
 	appsv1.SchemeGroupVersion.WithKind("StatefulSet"):           func() any { return new(appsv1.StatefulSet) },
 	networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"):   func() any { return new(networkingv1.NetworkPolicy) },
 	policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"): func() any { return new(policyv1.PodDisruptionBudget) },
+	// The Prometheus Operator's alert rules (deploy/monitoring).
+	monitoringv1.SchemeGroupVersion.WithKind(monitoringv1.PrometheusRuleKind): func() any { return new(monitoringv1.PrometheusRule) },
 }
 
 // kustomizer builds with the options of `kubectl kustomize`, in the legacy
