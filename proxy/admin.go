@@ -29,12 +29,22 @@ type AdminOptions struct {
 	// Pprof serves the runtime profiles under /debug/pprof/. Off by default:
 	// profiles reveal internals and cost CPU while taken.
 	Pprof bool
+	// StoreKind names the store on the status page (redis, bolt, etcd,
+	// memory). If empty, "unknown".
+	StoreKind string
+	// Config is the configuration the status page shows, called on every
+	// view (so it can show what a reload put in force); its values are shown
+	// as given, so it must redact secrets (StatusConfig does). If nil, none
+	// is shown.
+	Config func() []ConfigItem
 }
 
-// Admin serves /healthz, /readyz and /metrics.
+// Admin serves /healthz, /readyz, /metrics, and the status page: / for a
+// person, /status.json for a program (status.go).
 type Admin struct {
 	http.Handler
 	draining atomic.Bool
+	status   *statusPage
 }
 
 // NewAdmin builds the admin handler.
@@ -71,6 +81,9 @@ func NewAdmin(o AdminOptions) *Admin {
 		}
 		plain(w, http.StatusOK, "ready")
 	})
+	a.status = newStatusPage(o, &a.draining)
+	mux.Get("/", a.status.serveHTML) // exactly "/": other paths stay 404
+	mux.Get("/status.json", a.status.serveJSON)
 	if o.Metrics != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{}))
 	}

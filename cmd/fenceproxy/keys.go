@@ -5,7 +5,6 @@ import (
 	"os"
 	"sort"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/config"
@@ -23,7 +22,7 @@ type tokenKeys struct {
 // loadTokenKeys reads the keys file once, at start: a file that does not
 // parse is a configuration error there. It returns nil when no file is
 // configured.
-func loadTokenKeys(cfg *config.Config, log *zap.Logger, reloads *prometheus.CounterVec) (*tokenKeys, error) {
+func loadTokenKeys(cfg *config.Config, log *zap.Logger, reloads reloadMetrics) (*tokenKeys, error) {
 	if cfg.TokenKeysFile == "" {
 		return nil, nil
 	}

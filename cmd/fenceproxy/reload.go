@@ -28,23 +28,37 @@ type reloader struct {
 	// nothing; fields describe what is now in force, for the log.
 	load    func() (fields []zap.Field, err error)
 	log     *zap.Logger
-	reloads *prometheus.CounterVec
+	reloads reloadMetrics
 }
 
-// newReloadCounter registers fenceproxy_config_reloads_total, shared by
-// every reloaded file.
-func newReloadCounter(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fenceproxy_config_reloads_total",
-		Help: "Re-reads of a configuration file (file: routes, keys) by result: ok (in force), error (the file does not parse; the old one stays in force).",
-	}, []string{"file", "result"})
-	reg.MustRegister(c)
-	return c
+// reloadMetrics are the reload collectors, shared by every reloaded file.
+type reloadMetrics struct {
+	count *prometheus.CounterVec // fenceproxy_config_reloads_total{file,result}
+	last  *prometheus.GaugeVec   // fenceproxy_config_last_reload_successful{file}
+}
+
+// newReloadMetrics registers the reload collectors, shared by every
+// reloaded file.
+func newReloadMetrics(reg prometheus.Registerer) reloadMetrics {
+	m := reloadMetrics{
+		count: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_config_reloads_total",
+			Help: "Re-reads of a configuration file (file: routes, keys) by result: ok (in force), error (the file does not parse; the old one stays in force).",
+		}, []string{"file", "result"}),
+		// A gauge says "the last reload failed, and none succeeded since"
+		// exactly, which the counters can only approximate over a window.
+		last: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fenceproxy_config_last_reload_successful",
+			Help: "1 when the last read of the file (file: routes, keys) put it in force, 0 when it was invalid and the file read before stays in force.",
+		}, []string{"file"}),
+	}
+	reg.MustRegister(m.count, m.last)
+	return m
 }
 
 // newReloader starts watching path. Call it before the file's first read,
 // so that a change between that read and the watch is still seen.
-func newReloader(label, variable, path string, load func() ([]zap.Field, error), log *zap.Logger, reloads *prometheus.CounterVec) (*reloader, error) {
+func newReloader(label, variable, path string, load func() ([]zap.Field, error), log *zap.Logger, reloads reloadMetrics) (*reloader, error) {
 	w, err := filewatch.New(path, filewatch.WithErrorHandler(func(err error) {
 		log.Warn("watching a configuration file", zap.String("variable", variable), zap.String("file", path), zap.Error(err))
 	}))
@@ -52,8 +66,9 @@ func newReloader(label, variable, path string, load func() ([]zap.Field, error),
 		return nil, fmt.Errorf("%s: %w", variable, err)
 	}
 	for _, r := range []string{"ok", "error"} {
-		reloads.WithLabelValues(label, r) // visible at 0 from the start, for alerts
+		reloads.count.WithLabelValues(label, r) // visible at 0 from the start, for alerts
 	}
+	reloads.last.WithLabelValues(label).Set(1) // the start read it (or did not start)
 	return &reloader{label: label, path: path, variable: variable, watcher: w, load: load, log: log, reloads: reloads}, nil
 }
 
@@ -61,12 +76,14 @@ func newReloader(label, variable, path string, load func() ([]zap.Field, error),
 func (r *reloader) reload(why string) {
 	fields, err := r.load()
 	if err != nil {
-		r.reloads.WithLabelValues(r.label, "error").Inc()
+		r.reloads.count.WithLabelValues(r.label, "error").Inc()
+		r.reloads.last.WithLabelValues(r.label).Set(0)
 		r.log.Error("the new file is invalid: the one read before stays in force", zap.String("trigger", why),
 			zap.String("variable", r.variable), zap.String("file", r.path), zap.Error(err))
 		return
 	}
-	r.reloads.WithLabelValues(r.label, "ok").Inc()
+	r.reloads.count.WithLabelValues(r.label, "ok").Inc()
+	r.reloads.last.WithLabelValues(r.label).Set(1)
 	r.log.Info("reloaded", append([]zap.Field{zap.String("trigger", why), zap.String("variable", r.variable),
 		zap.String("file", r.path)}, fields...)...)
 }

@@ -47,6 +47,9 @@ func TestRoutesReloadEndToEnd(t *testing.T) {
 	// An invalid file: the v2 table stays, the problem is logged, counted.
 	cm.swap("routes.yaml", []byte("routes:\n  - {name: orders, path: '/orders/{id}', resource: 'orders/{nope}'}\n"))
 	waitFor(t, "the invalid file counted", func() bool { return reloads("error") == 1 })
+	if g := r.metric(t, `fenceproxy_config_last_reload_successful{file="routes"}`); g != 0 {
+		t.Errorf("fenceproxy_config_last_reload_successful = %v after an invalid file, want 0", g)
+	}
 	want("v2 still in force", "/reports/1", "", 200)
 	if !strings.Contains(r.logs.String(), "the one read before stays in force") || !strings.Contains(r.logs.String(), "nope") {
 		t.Fatalf("the invalid file is not logged with its problem:\n%s", r.logs)
@@ -64,6 +67,9 @@ func TestRoutesReloadEndToEnd(t *testing.T) {
 	// Back to v1, enforcing again: the mark survived every reload.
 	cm.swap("routes.yaml", []byte(v1))
 	waitFor(t, "v1 again", func() bool { return reloads("ok") == 2 })
+	if g := r.metric(t, `fenceproxy_config_last_reload_successful{file="routes"}`); g != 1 {
+		t.Errorf("fenceproxy_config_last_reload_successful = %v after a good file, want 1", g)
+	}
 	want("v1 again: the mark kept", "/orders/1", "4", 409)
 	want("v1 again: default rule", "/reports/1", "", 428)
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -47,7 +48,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	}
 	metrics := proxy.NewMetrics()
 	metrics.Registry.MustRegister(buildInfo())
-	reloads := newReloadCounter(metrics.Registry)
+	reloads := newReloadMetrics(metrics.Registry)
 	keys, err := loadTokenKeys(cfg, log.Named("tokens"), reloads)
 	if err != nil {
 		return err
@@ -56,6 +57,8 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	// goes to the handler, which exists only further down.
 	var setRoutes func(config.Routes) error
 	var routes *reloader
+	var routesInForce atomic.Pointer[config.Routes] // for the status page
+	routesInForce.Store(&cfg.Routes)
 	if cfg.RoutesFile != "" {
 		routes, err = newReloader("routes", "FENCE_ROUTES_FILE", cfg.RoutesFile, func() ([]zap.Field, error) {
 			rs, err := config.ReadRoutes(cfg.RoutesFile, cfg.TokenHeader, cfg.SequenceHeader)
@@ -65,6 +68,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 			if err != nil {
 				return nil, err
 			}
+			routesInForce.Store(&rs)
 			return []zap.Field{zap.Int("routes", len(rs.Routes))}, nil
 		}, log.Named("routes"), reloads)
 		if err != nil {
@@ -145,7 +149,17 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 		Checks:  st.checks,
 		Logger:  log.Named("admin"),
 		Pprof:   cfg.AdminPprof,
+		// The status page: what is configured and in force, secrets redacted.
+		StoreKind: string(cfg.Store),
+		Config: func() []proxy.ConfigItem {
+			var kids []string
+			if keys != nil {
+				kids = sortedKIDs(keys.verifier.Keys())
+			}
+			return proxy.StatusConfig(cfg, *routesInForce.Load(), kids, buildVersion())
+		},
 	})
+	watches.Go(func() { admin.SampleRates(wctx) }) // the status page's rates
 
 	dataLn, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
