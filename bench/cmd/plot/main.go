@@ -1,4 +1,4 @@
-// Command plot draws docs/performance.png from the sweep data file
+// Command plot draws docs/performance.png with gonum.org/v1/plot from the sweep data file
 // (docs/performance-data.tsv, written by bench/sweep.sh): requests per second
 // and p99 latency against the number of client connections, one line per
 // target. The picture depends on the data file only (no dates, no host
@@ -8,16 +8,16 @@
 package main
 
 import (
-	"bufio"
+	"encoding/csv"
 	"flag"
 	"fmt"
 	"image/color"
+	"io"
 	"log"
 	"math"
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -40,7 +40,28 @@ func main() {
 	if len(order) == 0 {
 		log.Fatalf("%s: no data rows", *data)
 	}
+	f, err := os.Create(*out)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := render(f, series, order, *title); err != nil {
+		log.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Fprintf(os.Stderr, "plot: wrote %s (%d series)\n", *out, len(order))
+}
 
+// Size of the PNG: 12 x 5 inches at 100 dots per inch.
+const (
+	width, height = 12 * vg.Inch, 5 * vg.Inch
+	dpi           = 100
+)
+
+// render draws the two panels side by side under a title and writes them
+// to w as a PNG.
+func render(w io.Writer, series map[string][]point, order []string, title string) error {
 	thr := newPanel("Throughput", "client connections", "requests/s (median of rounds)")
 	lat := newPanel("p99 latency", "client connections", "p99 (ms, median of rounds)")
 	for i, name := range order {
@@ -58,7 +79,7 @@ func main() {
 		}{{thr, rps}, {lat, p99}} {
 			line, points, err := plotter.NewLinePoints(pl.xy)
 			if err != nil {
-				log.Fatal(err)
+				return err
 			}
 			c := palette[i%len(palette)]
 			line.Color, line.Width = c, vg.Points(2)
@@ -78,11 +99,10 @@ func main() {
 		p.Legend.XOffs = vg.Points(8)
 	}
 
-	const w, h = 12 * vg.Inch, 5 * vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(100), vgimg.UseBackgroundColor(color.White))
+	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(dpi), vgimg.UseBackgroundColor(color.White))
 	dc := draw.New(img)
 	head := plot.New() // used for its title only
-	head.Title.Text = *title
+	head.Title.Text = title
 	head.Title.TextStyle.Font.Size = vg.Points(13)
 	head.HideAxes()
 	top := draw.Crop(dc, 0, 0, 0, -vg.Points(26))
@@ -91,18 +111,8 @@ func main() {
 	cells := plot.Align([][]*plot.Plot{{thr, lat}}, tiles, top)
 	thr.Draw(cells[0][0])
 	lat.Draw(cells[0][1])
-
-	f, err := os.Create(*out)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		log.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Fprintf(os.Stderr, "plot: wrote %s (%d series)\n", *out, len(order))
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	return err
 }
 
 var palette = []color.Color{
@@ -157,46 +167,44 @@ func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ts
 }
 
-// read parses the data file: '#' comment lines, a header naming the columns,
-// then one row per target and connection count. Targets keep file order.
+// read parses the data file (encoding/csv with tabs): '#' comment lines, a
+// header naming the columns, then one row per target and connection count.
+// Targets keep file order.
 func read(path string) (map[string][]point, []string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
+	r := csv.NewReader(f)
+	r.Comma, r.Comment, r.FieldsPerRecord = '\t', '#', -1
+	rows, err := r.ReadAll()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(rows) == 0 {
+		return nil, nil, nil
+	}
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	for _, need := range []string{"target", "conns", "rps", "p99_ms"} {
+		if _, ok := col[need]; !ok {
+			return nil, nil, fmt.Errorf("%s: header lacks %q", path, need)
+		}
+	}
 	series := map[string][]point{}
 	var order []string
-	var col map[string]int
-	sc := bufio.NewScanner(f)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		fields := strings.Split(line, "\t")
-		if col == nil {
-			col = map[string]int{}
-			for i, name := range fields {
-				col[name] = i
-			}
-			for _, need := range []string{"target", "conns", "rps", "p99_ms"} {
-				if _, ok := col[need]; !ok {
-					return nil, nil, fmt.Errorf("%s: header lacks %q", path, need)
-				}
-			}
-			continue
-		}
+	for n, fields := range rows[1:] {
 		num := func(name string) (float64, error) {
 			i := col[name]
 			if i >= len(fields) {
-				return 0, fmt.Errorf("%s:%d: missing %s", path, n, name)
+				return 0, fmt.Errorf("%s: row %d: missing %s", path, n+1, name)
 			}
 			v, err := strconv.ParseFloat(fields[i], 64)
 			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-				return 0, fmt.Errorf("%s:%d: %s: %q is not a number", path, n, name, fields[i])
+				return 0, fmt.Errorf("%s: row %d: %s: %q is not a number", path, n+1, name, fields[i])
 			}
 			return v, nil
 		}
@@ -211,7 +219,7 @@ func read(path string) (map[string][]point, []string, error) {
 			return nil, nil, err
 		}
 		if p.conns <= 0 {
-			return nil, nil, fmt.Errorf("%s:%d: conns must be positive for a log axis", path, n)
+			return nil, nil, fmt.Errorf("%s: row %d: conns must be positive for a log axis", path, n+1)
 		}
 		name := fields[col["target"]]
 		if _, ok := series[name]; !ok {
@@ -219,5 +227,5 @@ func read(path string) (map[string][]point, []string, error) {
 		}
 		series[name] = append(series[name], p)
 	}
-	return series, order, sc.Err()
+	return series, order, nil
 }

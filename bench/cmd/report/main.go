@@ -1,10 +1,3 @@
-// Command report turns the raw rows of bench/compare.sh and bench/sweep.sh
-// into medians, ratios and summary lines, and writes docs/performance.md from
-// one run of bench/run-all.sh.
-//
-//	report compare -in compare-none.tsv -setting none -stale ok [-lua-check ok]
-//	report sweep -in sweep.tsv -out docs/performance-data.tsv
-//	report doc -run DIR -out docs/performance.md
 package main
 
 import (
