@@ -3,15 +3,11 @@ package deploy
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/fenceproxy/fenceproxy/config"
-	"github.com/fenceproxy/fenceproxy/proxy"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -57,14 +53,20 @@ type Authz struct {
 	ServiceNamespace   string         // and its namespace
 }
 
-// AuthzReport is what CheckAuthz found.
+// AuthzReport is what CheckAuthz found, by level as in Report, and facts
+// about each authz workload. Errors here are what lets a stale request
+// through or keeps the front proxy from asking fenceproxy authz as the
+// manifests wire it (the configuration, the keys file, the store, the
+// listeners, the Service ports); warnings are hardening and availability
+// (replicas, disruption budget, rollout strategy, probes, who may call it).
 type AuthzReport struct {
-	Problems []error
+	Errors   []error
+	Warnings []error
 	Authz    []Authz
 }
 
-// Err joins the problems (nil when there are none).
-func (r AuthzReport) Err() error { return errors.Join(r.Problems...) }
+// Err joins the errors (nil when there are none); warnings do not fail it.
+func (r AuthzReport) Err() error { return errors.Join(r.Errors...) }
 
 // IsAuthzContainer reports whether c runs `fenceproxy authz`: the fenceproxy
 // image with the authz subcommand as its first argument (or last word of
@@ -96,16 +98,20 @@ func imageRepoBase(image string) string {
 
 // CheckAuthz checks the workloads that run `fenceproxy authz`, the
 // authorization mode, in which a front proxy asks fenceproxy before each
-// request and fenceproxy forwards nothing. Check (run it too) checks every
-// pod's security context and resources and any Redis among the objects;
-// Check's sidecar rules do not apply to these workloads (there is no app in
-// the pod and no upstream), so CheckAuthz asserts instead what this mode
-// needs:
+// request and fenceproxy forwards nothing. A container is one of them when
+// it runs the fenceproxy image with the authz subcommand
+// (IsAuthzContainer), whatever its name: Check's sidecar rules never apply
+// to it, even when it is named fenceproxy (there is no app in the pod and no
+// upstream). Check (run it too) checks every pod's security context and
+// resources and any Redis among the objects; CheckAuthz asserts what this
+// mode needs:
 //
 //   - fenceproxy authz is a regular container (a service of its own, not a
 //     sidecar), runs as the image's user, and its environment and routes
 //     file pass fenceproxy's own config.LoadAuthz and route check (no
-//     FENCE_UPSTREAM_URL needed); the proxy-only settings (drain barrier,
+//     FENCE_UPSTREAM_URL needed), and its keys file, when
+//     FENCE_TOKEN_KEYS_FILE is set, passes the sidecar's keys file checks
+//     (checkTokenKeys); the proxy-only settings (drain barrier,
 //     upstream and body timeouts) are not set, since they do nothing here;
 //   - its listeners are published as the container ports authz-http,
 //     authz-grpc (when FENCE_AUTHZ_GRPC_ADDR is set, and only then) and
@@ -123,7 +129,7 @@ func imageRepoBase(image string) string {
 //     decisions made (moves marks with any token it holds, reads marks from
 //     refusals), so every rule names its ports and its sources.
 func CheckAuthz(objs []Object) AuthzReport {
-	var errs []error
+	var f findings
 	var rep AuthzReport
 	idx := newIndex(objs)
 	var pdbs []*policyv1.PodDisruptionBudget
@@ -133,10 +139,10 @@ func CheckAuthz(objs []Object) AuthzReport {
 		}
 	}
 	for _, w := range idx.workloads {
-		p := problems{prefix: w.obj.String(), errs: &errs}
+		p := problems{prefix: w.obj.String(), f: &f}
 		for i := range w.spec.InitContainers {
 			if IsAuthzContainer(&w.spec.InitContainers[i]) {
-				p.add("init container %s runs fenceproxy authz: the authorization mode is a service of its own (a regular container of its own Deployment), not a sidecar", w.spec.InitContainers[i].Name)
+				p.add("init container %s runs fenceproxy authz: the authorization mode is a service of its own (a regular container of its own Deployment), not a sidecar.", w.spec.InitContainers[i].Name)
 			}
 		}
 		for i := range w.spec.Containers {
@@ -146,7 +152,7 @@ func CheckAuthz(objs []Object) AuthzReport {
 			}
 		}
 	}
-	rep.Problems = errs
+	rep.Errors, rep.Warnings = f.errors, f.warnings
 	return rep
 }
 
@@ -154,7 +160,7 @@ func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionB
 	a := Authz{Workload: w.obj.String(), Container: c.Name}
 	p := wp.sub("container " + c.Name)
 	if uid := runAsUser(w.spec, c); uid == nil || *uid != SidecarUID {
-		p.add("securityContext.runAsUser must be %d, the image's USER", SidecarUID)
+		p.warn("securityContext.runAsUser must be %d, the image's USER.", SidecarUID)
 	}
 	httpPort, adminPort := namedPort(p, c, AuthzHTTPPortName), namedPort(p, c, AdminPortName)
 	a.HTTPPort = httpPort
@@ -167,14 +173,15 @@ func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionB
 	a.GRPCPort = grpcPort
 
 	env := resolveEnv(p, idx, w, c)
-	cfg, err := loadAuthzConfig(p, idx, w, c, env)
+	cfg, err := loadConfig(p, idx, w, c, env, config.LoadAuthz)
 	if err != nil {
-		p.add("the environment and routes file fail fenceproxy's config.LoadAuthz / route check:\n%v", err)
+		p.add("the environment (env, envFrom) and routes file fail fenceproxy's config.LoadAuthz / route check: %s", oneLine(err))
 	}
 	a.Config = cfg
+	checkTokenKeys(p, idx, w, c, env)
 	for _, v := range barrierVariables {
 		if _, set := env[v]; set {
-			p.add("%s is set: it has no effect in authorization mode, where fenceproxy never sees the upstream exchange nor the body (there is no drain barrier); remove it", v)
+			p.warn("%s is set: it has no effect in authorization mode, where fenceproxy never sees the upstream exchange nor the body (there is no drain barrier); remove it.", v)
 		}
 	}
 
@@ -183,7 +190,7 @@ func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionB
 	checkProbe(p, "startupProbe", c, c.StartupProbe, "/healthz", adminPort, false)
 	ann := w.meta.Annotations
 	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != fmt.Sprint(adminPort) {
-		wp.add("pod template annotations must be prometheus.io/scrape=true, prometheus.io/port=%d (%s), prometheus.io/path=/metrics; have %v",
+		wp.warn("pod template annotations (spec.template.metadata.annotations) must be prometheus.io/scrape=true, prometheus.io/port=%d (%s), prometheus.io/path=/metrics; have %v.",
 			adminPort, AdminPortName, promAnnotations(ann))
 	}
 
@@ -192,16 +199,16 @@ func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionB
 		checkListen(p, "FENCE_ADMIN_ADDR", cfg.AdminAddr, adminPort, AdminPortName)
 		switch {
 		case cfg.Authz.GRPCAddr != "" && grpcPort == 0:
-			p.add("FENCE_AUTHZ_GRPC_ADDR %q is set but no container port is named %s", cfg.Authz.GRPCAddr, AuthzGRPCPortName)
+			p.add("FENCE_AUTHZ_GRPC_ADDR %q is set but no container port is named %s.", cfg.Authz.GRPCAddr, AuthzGRPCPortName)
 		case cfg.Authz.GRPCAddr != "":
 			checkListen(p, "FENCE_AUTHZ_GRPC_ADDR", cfg.Authz.GRPCAddr, grpcPort, AuthzGRPCPortName)
 		case grpcPort != 0:
-			p.add("container port %s is declared but FENCE_AUTHZ_GRPC_ADDR is unset: nothing listens there", AuthzGRPCPortName)
+			p.add("container port %s is declared but FENCE_AUTHZ_GRPC_ADDR is unset: nothing listens there.", AuthzGRPCPortName)
 		}
 		checkGrace(wp, w, cfg)
 		a.Redis = checkStore(p, idx, w, c, cfg)
 		if cfg.Store == config.StoreBolt {
-			p.add("the bolt store is one file in one pod: fenceproxy authz needs replicas sharing one store (Redis or etcd)")
+			p.add("the bolt store is one file in one pod: fenceproxy authz needs replicas sharing one store (Redis or etcd).")
 		}
 	}
 
@@ -214,7 +221,7 @@ func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionB
 // every fenced request through the front proxy.
 func checkAuthzAvailability(p problems, pdbs []*policyv1.PodDisruptionBudget, w workload, a *Authz) {
 	if w.replicas < 2 {
-		p.add("replicas %d: every fenced request through the front proxy is refused while fenceproxy authz cannot be asked; run at least 2", w.replicas)
+		p.warn("spec.replicas %d: every fenced request through the front proxy is refused while fenceproxy authz cannot be asked; run at least 2.", w.replicas)
 	}
 	podLabels := labels.Set(w.meta.Labels)
 	for _, pdb := range pdbs {
@@ -226,22 +233,22 @@ func checkAuthzAvailability(p problems, pdbs []*policyv1.PodDisruptionBudget, w 
 		switch {
 		case pdb.Spec.MinAvailable != nil:
 			if v := pdb.Spec.MinAvailable; v.Type == intstr.Int && v.IntVal < 1 {
-				p.add("PodDisruptionBudget %s minAvailable %d keeps no pod", pdb.Name, v.IntVal)
+				p.warn("PodDisruptionBudget %s minAvailable %d keeps no pod.", pdb.Name, v.IntVal)
 			}
 		case pdb.Spec.MaxUnavailable != nil:
 			if v := pdb.Spec.MaxUnavailable; v.Type == intstr.Int && v.IntVal >= w.replicas {
-				p.add("PodDisruptionBudget %s maxUnavailable %d lets every pod go", pdb.Name, v.IntVal)
+				p.warn("PodDisruptionBudget %s maxUnavailable %d lets every pod go.", pdb.Name, v.IntVal)
 			}
 		}
 	}
 	if len(a.DisruptionBudgets) == 0 {
-		p.add("no PodDisruptionBudget selects the pods: a node drain may evict every replica at once")
+		p.warn("no PodDisruptionBudget selects the pods: a node drain may evict every replica at once.")
 	}
 	if dep, ok := w.obj.Obj.(*appsv1.Deployment); ok {
 		if ru := dep.Spec.Strategy.RollingUpdate; dep.Spec.Strategy.Type == "Recreate" {
-			p.add("strategy Recreate stops every replica before starting new ones")
+			p.warn("spec.strategy Recreate stops every replica before starting new ones.")
 		} else if ru == nil || ru.MaxUnavailable == nil || !(ru.MaxUnavailable.Type == intstr.Int && ru.MaxUnavailable.IntVal == 0) {
-			p.add("strategy.rollingUpdate.maxUnavailable must be 0: a rollout must not take a replica away before its replacement is ready (the default, 25%%, does)")
+			p.warn("spec.strategy.rollingUpdate.maxUnavailable must be 0: a rollout must not take a replica away before its replacement is ready (the default, 25%%, does).")
 		}
 	}
 }
@@ -265,15 +272,15 @@ func checkAuthzExposure(p problems, idx *index, w workload, c *corev1.Container,
 			}
 			switch target := declaredPort(c, tp); {
 			case target == 0:
-				p.add("Service %s port %s targets %s, not a port of container %s", svc.Name, sp.Name, tp.String(), c.Name)
+				p.add("Service %s port %s has targetPort %s, not a port of container %s.", svc.Name, servicePortName(sp), tp.String(), c.Name)
 			case target == adminPort:
-				p.add("Service %s port %s targets the admin port %s: /metrics (and pprof, when on) is not for callers; Prometheus scrapes the pods", svc.Name, sp.Name, AdminPortName)
+				p.warn("Service %s port %s targets the admin port %s (targetPort %s): /metrics (and pprof, when on) is not for callers; Prometheus scrapes the pods.", svc.Name, servicePortName(sp), AdminPortName, tp.String())
 			case target == grpcPort:
 				if a.ServiceGRPCPort == 0 {
 					a.ServiceGRPCPort = sp.Port
 				}
 				if (sp.AppProtocol == nil || *sp.AppProtocol != "grpc") && sp.Name != "grpc" && !strings.HasPrefix(sp.Name, "grpc-") {
-					p.add("Service %s port %s reaches the gRPC port but says so neither by appProtocol: grpc nor by a name grpc or grpc-*: Istio would treat it as HTTP/1 or TCP", svc.Name, sp.Name)
+					p.add("Service %s port %s reaches the gRPC port but says so neither by appProtocol: grpc nor by a name grpc or grpc-*: Istio would treat it as HTTP/1 or TCP.", svc.Name, servicePortName(sp))
 				}
 			case target == httpPort:
 				if a.ServiceHTTPPort == 0 {
@@ -283,7 +290,7 @@ func checkAuthzExposure(p problems, idx *index, w workload, c *corev1.Container,
 		}
 	}
 	if len(a.Services) == 0 {
-		p.add("no Service selects the pods: the front proxy has nothing stable to call")
+		p.add("no Service selects the pods: the front proxy has nothing stable to call.")
 	}
 
 	for _, np := range idx.policies {
@@ -297,64 +304,26 @@ func checkAuthzExposure(p problems, idx *index, w workload, c *corev1.Container,
 		a.NetworkPolicies = append(a.NetworkPolicies, np.Name)
 		for i, rule := range np.Spec.Ingress {
 			if len(rule.Ports) == 0 {
-				p.add("NetworkPolicy %s ingress[%d] admits every port", np.Name, i)
+				p.warn("NetworkPolicy %s ingress[%d] admits every port (it lists no ports).", np.Name, i)
 			}
 			if len(rule.From) == 0 {
-				p.add("NetworkPolicy %s ingress[%d] admits every source: name the front proxy's pods (whoever reaches fenceproxy authz has its decisions made, and reads marks in its refusals)", np.Name, i)
+				p.warn("NetworkPolicy %s ingress[%d] admits every source (it lists no from): name the front proxy's pods (whoever reaches fenceproxy authz has its decisions made, and reads marks in its refusals).", np.Name, i)
 			}
 			for _, port := range rule.Ports {
 				switch {
 				case port.Port == nil:
-					p.add("NetworkPolicy %s ingress[%d] admits every port of its protocol", np.Name, i)
+					p.warn("NetworkPolicy %s ingress[%d] admits every port of its protocol (a ports entry without port).", np.Name, i)
 				case port.EndPort != nil:
-					p.add("NetworkPolicy %s ingress[%d] admits a port range", np.Name, i)
+					p.warn("NetworkPolicy %s ingress[%d] admits a port range (%s to endPort %d).", np.Name, i, port.Port.String(), *port.EndPort)
 				case declaredPort(c, *port.Port) == 0:
-					p.add("NetworkPolicy %s ingress[%d] admits port %s, not a port of container %s", np.Name, i, port.Port.String(), c.Name)
+					p.warn("NetworkPolicy %s ingress[%d] admits port %s, not a port of container %s.", np.Name, i, port.Port.String(), c.Name)
 				}
 			}
 		}
 	}
 	if len(a.NetworkPolicies) == 0 {
-		p.add("no NetworkPolicy restricts ingress to the pods: anyone in the cluster can have decisions made")
+		p.warn("no NetworkPolicy restricts ingress to the pods: anyone in the cluster can have decisions made.")
 	}
-}
-
-// loadAuthzConfig is loadConfig with config.LoadAuthz: the files the
-// environment names (FENCE_*_FILE) are read from the ConfigMap or Secret
-// mounted at that path and handed to LoadAuthz as temporary files.
-func loadAuthzConfig(p problems, idx *index, w workload, c *corev1.Container, env map[string]string) (*config.Config, error) {
-	dir, err := os.MkdirTemp("", "fenceproxy-deploy-check-authz-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	env = maps.Clone(env)
-	var renames []string
-	for k, v := range env {
-		if !strings.HasPrefix(k, "FENCE_") || !strings.HasSuffix(k, "_FILE") || v == "" {
-			continue
-		}
-		tmp := filepath.Join(dir, strings.ToLower(k))
-		renames = append(renames, tmp, v)
-		env[k] = tmp
-		data, err := mountedFile(idx, w, c, v)
-		if err != nil {
-			p.add("%s %q: %v", k, v, err)
-			continue
-		}
-		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			return nil, err
-		}
-	}
-	pod := strings.NewReplacer(renames...)
-	cfg, err := config.LoadAuthz(env)
-	if err != nil {
-		return nil, errors.New(pod.Replace(err.Error()))
-	}
-	if err := proxy.CheckRoutes(cfg.Routes); err != nil {
-		return nil, errors.New(pod.Replace(err.Error()))
-	}
-	return cfg, nil
 }
 
 // declaredPort is resolvePort, but 0 also for a number c does not declare.

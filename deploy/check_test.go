@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"errors"
 	"net"
 	"path/filepath"
 	"slices"
@@ -146,169 +147,209 @@ func TestSampleApp(t *testing.T) {
 	}
 }
 
-// TestChecksCanFail breaks the sample app one property at a time: Check must
-// report each.
-func TestChecksCanFail(t *testing.T) {
-	docs := sampleJSON(t)
+// checkCase breaks the sample app one way: Check must report a finding
+// containing want, at level.
+type checkCase struct {
+	name   string
+	break_ func(s *sample)
+	want   string
+	level  level
+}
+
+// sampleBreaks are the cases of TestChecksCanFail, also run by
+// TestFindingMessages.
+func sampleBreaks() []checkCase {
 	setEnv := func(s *sample, k, v string) { s.env.Data[k] = v }
-	cases := []struct {
-		name   string
-		break_ func(s *sample)
-		want   string
-	}{
+	return []checkCase{
 		// The native sidecar.
-		{"sidecar without restartPolicy", func(s *sample) { s.sidecar.RestartPolicy = nil }, "restartPolicy must be Always"},
+		{"sidecar without restartPolicy", func(s *sample) { s.sidecar.RestartPolicy = nil }, "restartPolicy must be Always", errLevel},
 		{"sidecar as a regular container", func(s *sample) {
 			pod := &s.app.Spec.Template.Spec
 			pod.Containers = append(pod.Containers, *s.sidecar)
 			pod.InitContainers = nil
-		}, "is a regular container"},
+		}, "is a regular container", errLevel},
 		// Probes.
-		{"liveness on /readyz", func(s *sample) { s.sidecar.LivenessProbe.HTTPGet.Path = "/readyz" }, `livenessProbe.httpGet.path is "/readyz"`},
-		{"readiness on /healthz", func(s *sample) { s.sidecar.ReadinessProbe.HTTPGet.Path = "/healthz" }, `readinessProbe.httpGet.path is "/healthz"`},
-		{"readiness on the data port", func(s *sample) { s.sidecar.ReadinessProbe.HTTPGet.Port = intstr.FromString(DataPortName) }, "readinessProbe.httpGet.port"},
-		{"liveness on a number that is not admin", func(s *sample) { s.sidecar.LivenessProbe.HTTPGet.Port = intstr.FromInt32(9091) }, "livenessProbe.httpGet.port"},
-		{"no readiness", func(s *sample) { s.sidecar.ReadinessProbe = nil }, "readinessProbe is missing"},
+		{"liveness on /readyz", func(s *sample) { s.sidecar.LivenessProbe.HTTPGet.Path = "/readyz" }, `livenessProbe.httpGet.path is "/readyz"`, warnLevel},
+		{"readiness on /healthz", func(s *sample) { s.sidecar.ReadinessProbe.HTTPGet.Path = "/healthz" }, `readinessProbe.httpGet.path is "/healthz"`, warnLevel},
+		{"readiness on the data port", func(s *sample) { s.sidecar.ReadinessProbe.HTTPGet.Port = intstr.FromString(DataPortName) }, "readinessProbe.httpGet.port", warnLevel},
+		{"liveness on a number that is not admin", func(s *sample) { s.sidecar.LivenessProbe.HTTPGet.Port = intstr.FromInt32(9091) }, "livenessProbe.httpGet.port", warnLevel},
+		{"no readiness", func(s *sample) { s.sidecar.ReadinessProbe = nil }, "readinessProbe is missing", warnLevel},
 		{"startup by exec", func(s *sample) {
 			s.sidecar.StartupProbe.HTTPGet = nil
 			s.sidecar.StartupProbe.Exec = &corev1.ExecAction{Command: []string{"true"}}
-		}, "startupProbe must be an httpGet"},
+		}, "startupProbe must be an httpGet", warnLevel},
 		// Ports against the configuration fenceproxy loads.
-		{"admin container port drifts", func(s *sample) { s.sidecar.Ports[1].ContainerPort = 9091 }, `FENCE_ADMIN_ADDR ":9090" does not match`},
-		{"listen address drifts", func(s *sample) { setEnv(s, "FENCE_LISTEN_ADDR", ":8081") }, `FENCE_LISTEN_ADDR ":8081" does not match`},
-		{"sidecar on loopback", func(s *sample) { setEnv(s, "FENCE_LISTEN_ADDR", "127.0.0.1:8080") }, "must listen on every interface"},
-		{"data port renamed", func(s *sample) { s.sidecar.Ports[0].Name = "http" }, "no container port named fenced-http"},
+		{"admin container port drifts", func(s *sample) { s.sidecar.Ports[1].ContainerPort = 9091 }, `FENCE_ADMIN_ADDR ":9090" does not match`, errLevel},
+		{"listen address drifts", func(s *sample) { setEnv(s, "FENCE_LISTEN_ADDR", ":8081") }, `FENCE_LISTEN_ADDR ":8081" does not match`, errLevel},
+		{"sidecar on loopback", func(s *sample) { setEnv(s, "FENCE_LISTEN_ADDR", "127.0.0.1:8080") }, "must listen on every interface", errLevel},
+		{"data port renamed", func(s *sample) { s.sidecar.Ports[0].Name = "http" }, "no container port named fenced-http", errLevel},
 		// config.Load and the routes file.
-		{"bad env value", func(s *sample) { setEnv(s, "FENCE_STORE_TIMEOUT", "soon") }, "FENCE_STORE_TIMEOUT"},
-		{"env ConfigMap missing", func(s *sample) { s.without("ConfigMap", s.env.Name) }, "envFrom ConfigMap"},
+		{"bad env value", func(s *sample) { setEnv(s, "FENCE_STORE_TIMEOUT", "soon") }, "FENCE_STORE_TIMEOUT", errLevel},
+		{"env ConfigMap missing", func(s *sample) { s.without("ConfigMap", s.env.Name) }, "envFrom ConfigMap", errLevel},
 		{"routes with an unknown key", func(s *sample) {
 			s.routes.Data["routes.yaml"] = strings.Replace(s.routes.Data["routes.yaml"], "compare:", "comparison:", 1)
-		}, "comparison"},
+		}, "comparison", errLevel},
 		{"routes with a param the path lacks", func(s *sample) {
 			s.routes.Data["routes.yaml"] = strings.Replace(s.routes.Data["routes.yaml"], "resource: orders/{orderID}", "resource: orders/{id}", 1)
-		}, "FENCE_ROUTES_FILE"},
-		{"routes file elsewhere", func(s *sample) { setEnv(s, "FENCE_ROUTES_FILE", "/etc/other/routes.yaml") }, "no volume is mounted there"},
-		{"routes file misnamed", func(s *sample) { setEnv(s, "FENCE_ROUTES_FILE", "/etc/fenceproxy/routes.yml") }, `has no file "routes.yml"`},
-		{"routes not mounted", func(s *sample) { s.sidecar.VolumeMounts = nil }, "no volume is mounted there"},
+		}, "FENCE_ROUTES_FILE", errLevel},
+		{"routes file elsewhere", func(s *sample) { setEnv(s, "FENCE_ROUTES_FILE", "/etc/other/routes.yaml") }, "no volume is mounted there", errLevel},
+		{"routes file misnamed", func(s *sample) { setEnv(s, "FENCE_ROUTES_FILE", "/etc/fenceproxy/routes.yml") }, `has no file "routes.yml"`, errLevel},
+		{"routes not mounted", func(s *sample) { s.sidecar.VolumeMounts = nil }, "no volume is mounted there", errLevel},
 		// The app behind the sidecar.
-		{"upstream not on loopback", func(s *sample) { setEnv(s, "FENCE_UPSTREAM_URL", "http://sample-app:5678") }, "must be the app on the pod's loopback"},
-		{"app on every interface", func(s *sample) { s.appC.Args[0] = "-listen=:5678" }, `listens on ":5678"`},
-		{"app on the pod IP", func(s *sample) { s.appC.Args[0] = "-listen=0.0.0.0:5678" }, `listens on "0.0.0.0:5678"`},
-		{"app listen address implicit", func(s *sample) { s.appC.Args = s.appC.Args[1:] }, "make the loopback address explicit"},
+		{"upstream not on loopback", func(s *sample) { setEnv(s, "FENCE_UPSTREAM_URL", "http://sample-app:5678") }, "must be the app on the pod's loopback", errLevel},
+		{"app on every interface", func(s *sample) { s.appC.Args[0] = "-listen=:5678" }, `listens on ":5678"`, errLevel},
+		{"app on the pod IP", func(s *sample) { s.appC.Args[0] = "-listen=0.0.0.0:5678" }, `listens on "0.0.0.0:5678"`, errLevel},
+		{"app listen address implicit", func(s *sample) { s.appC.Args = s.appC.Args[1:] }, "make the loopback address explicit", errLevel},
 		{"app declares its port", func(s *sample) {
 			s.appC.Ports = []corev1.ContainerPort{{Name: "app", ContainerPort: 5678}}
-		}, "declares port 5678"},
-		{"upstream is the sidecar", func(s *sample) { setEnv(s, "FENCE_UPSTREAM_URL", "http://127.0.0.1:8080") }, "is the sidecar's own port"},
+		}, "declares port 5678", errLevel},
+		{"upstream is the sidecar", func(s *sample) { setEnv(s, "FENCE_UPSTREAM_URL", "http://127.0.0.1:8080") }, "is the sidecar's own port", errLevel},
 		// The Service.
-		{"Service targets the app port", func(s *sample) { s.svc.Spec.Ports[0].TargetPort = intstr.FromInt32(5678) }, "not a port of the sidecar"},
-		{"Service targets an app port name", func(s *sample) { s.svc.Spec.Ports[0].TargetPort = intstr.FromString("http") }, "not a port of the sidecar"},
+		{"Service targets the app port", func(s *sample) { s.svc.Spec.Ports[0].TargetPort = intstr.FromInt32(5678) }, "not a port of the sidecar", errLevel},
+		{"Service targets an app port name", func(s *sample) { s.svc.Spec.Ports[0].TargetPort = intstr.FromString("http") }, "not a port of the sidecar", errLevel},
 		{"Service targetPort defaults to port", func(s *sample) {
 			s.svc.Spec.Ports[0].TargetPort = intstr.IntOrString{}
 			s.svc.Spec.Ports[0].Port = 5678
-		}, "not a port of the sidecar"},
+		}, "not a port of the sidecar", errLevel},
+		{"unnamed Service port targets the app", func(s *sample) {
+			s.svc.Spec.Ports[0].Name = ""
+			s.svc.Spec.Ports[0].TargetPort = intstr.FromInt32(5678)
+		}, "Service sample-app port 80 has targetPort 5678, not a port of the sidecar", errLevel},
 		// NetworkPolicies.
-		{"policy rule without ports", func(s *sample) { s.policy.Spec.Ingress[0].Ports = nil }, "admits every port"},
-		{"policy admits the app port", func(s *sample) { s.policy.Spec.Ingress[0].Ports[0].Port = ptr.To(intstr.FromInt32(5678)) }, "admits port 5678"},
-		{"policy admits a range", func(s *sample) { s.policy.Spec.Ingress[0].Ports[0].EndPort = ptr.To[int32](9000) }, "port range"},
-		{"admin port open to all", func(s *sample) { s.policy.Spec.Ingress[1].From = nil }, "admin port 9090 from everyone"},
-		{"no policy", func(s *sample) { s.without("NetworkPolicy", "sample-app-ingress") }, "no NetworkPolicy restricts ingress"},
+		{"policy rule without ports", func(s *sample) { s.policy.Spec.Ingress[0].Ports = nil }, "admits every port", errLevel},
+		{"policy admits the app port", func(s *sample) { s.policy.Spec.Ingress[0].Ports[0].Port = ptr.To(intstr.FromInt32(5678)) }, "admits port 5678", errLevel},
+		{"policy admits a range", func(s *sample) { s.policy.Spec.Ingress[0].Ports[0].EndPort = ptr.To[int32](9000) }, "port range", errLevel},
+		{"admin port open to all", func(s *sample) { s.policy.Spec.Ingress[1].From = nil }, "admin port 9090 from everyone", warnLevel},
+		{"no policy", func(s *sample) { s.without("NetworkPolicy", "sample-app-ingress") }, "no NetworkPolicy restricts ingress", errLevel},
 		{"policy selects other pods", func(s *sample) {
 			s.policy.Spec.PodSelector.MatchLabels = map[string]string{"app.kubernetes.io/name": "other"}
-		}, "no NetworkPolicy restricts ingress"},
+		}, "no NetworkPolicy restricts ingress", errLevel},
 		{"egress-only policy", func(s *sample) {
 			s.policy.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
-		}, "no NetworkPolicy restricts ingress"},
+		}, "no NetworkPolicy restricts ingress", errLevel},
 		{"another policy admits all", func(s *sample) {
 			np := s.policy.DeepCopy()
 			np.Name = "allow-all"
 			np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
 			s.objs = append(s.objs, Object{GVK: networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), Namespace: np.Namespace, Name: np.Name, Obj: np})
-		}, "NetworkPolicy allow-all ingress[0] admits every port"},
+		}, "NetworkPolicy allow-all ingress[0] admits every port", errLevel},
 		// Security context, resources, host access, images.
-		{"sidecar writable root", func(s *sample) { s.sidecar.SecurityContext.ReadOnlyRootFilesystem = ptr.To(false) }, "container fenceproxy: securityContext.readOnlyRootFilesystem"},
+		{"sidecar writable root", func(s *sample) { s.sidecar.SecurityContext.ReadOnlyRootFilesystem = ptr.To(false) }, "container fenceproxy: securityContext.readOnlyRootFilesystem", warnLevel},
 		{"sidecar may be root", func(s *sample) {
 			s.sidecar.SecurityContext.RunAsNonRoot = nil
 			s.app.Spec.Template.Spec.SecurityContext.RunAsNonRoot = nil
-		}, "container fenceproxy: securityContext.runAsNonRoot"},
-		{"sidecar as uid 0", func(s *sample) { s.sidecar.SecurityContext.RunAsUser = ptr.To[int64](0) }, "numeric non-root user"},
-		{"sidecar as another uid", func(s *sample) { s.sidecar.SecurityContext.RunAsUser = ptr.To[int64](1000) }, "runAsUser must be 65532"},
-		{"sidecar escalates", func(s *sample) { s.sidecar.SecurityContext.AllowPrivilegeEscalation = nil }, "container fenceproxy: securityContext.allowPrivilegeEscalation"},
-		{"sidecar privileged", func(s *sample) { s.sidecar.SecurityContext.Privileged = ptr.To(true) }, "privileged must not be true"},
-		{"sidecar keeps capabilities", func(s *sample) { s.sidecar.SecurityContext.Capabilities.Drop = nil }, "capabilities.drop must contain ALL"},
+		}, "container fenceproxy: securityContext.runAsNonRoot", warnLevel},
+		{"sidecar as uid 0", func(s *sample) { s.sidecar.SecurityContext.RunAsUser = ptr.To[int64](0) }, "numeric non-root user", warnLevel},
+		{"sidecar as another uid", func(s *sample) { s.sidecar.SecurityContext.RunAsUser = ptr.To[int64](1000) }, "runAsUser must be 65532", warnLevel},
+		{"sidecar escalates", func(s *sample) { s.sidecar.SecurityContext.AllowPrivilegeEscalation = nil }, "container fenceproxy: securityContext.allowPrivilegeEscalation", warnLevel},
+		{"sidecar privileged", func(s *sample) { s.sidecar.SecurityContext.Privileged = ptr.To(true) }, "privileged must not be true", warnLevel},
+		{"sidecar keeps capabilities", func(s *sample) { s.sidecar.SecurityContext.Capabilities.Drop = nil }, "capabilities.drop must contain ALL", warnLevel},
 		{"sidecar adds a capability", func(s *sample) {
 			s.sidecar.SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"}
-		}, "capabilities.add must be empty"},
+		}, "capabilities.add must be empty", warnLevel},
 		{"no seccomp", func(s *sample) {
 			s.sidecar.SecurityContext.SeccompProfile = nil
 			s.app.Spec.Template.Spec.SecurityContext.SeccompProfile = nil
-		}, "container fenceproxy: securityContext.seccompProfile"},
+		}, "container fenceproxy: securityContext.seccompProfile", warnLevel},
 		{"unconfined seccomp", func(s *sample) {
 			s.sidecar.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined
-		}, "container fenceproxy: securityContext.seccompProfile"},
-		{"app writable root", func(s *sample) { s.appC.SecurityContext.ReadOnlyRootFilesystem = nil }, "container app: securityContext.readOnlyRootFilesystem"},
-		{"redis escalates", func(s *sample) { s.redisC.SecurityContext.AllowPrivilegeEscalation = ptr.To(true) }, "container redis: securityContext.allowPrivilegeEscalation"},
-		{"sidecar without limits", func(s *sample) { s.sidecar.Resources.Limits = nil }, "container fenceproxy: resources.limits.cpu must be set"},
-		{"sidecar without memory request", func(s *sample) { delete(s.sidecar.Resources.Requests, corev1.ResourceMemory) }, "container fenceproxy: resources.requests.memory must be set"},
-		{"request above limit", func(s *sample) { s.sidecar.Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2") }, "exceeds the limit"},
-		{"host network", func(s *sample) { s.app.Spec.Template.Spec.HostNetwork = true }, "hostNetwork"},
-		{"host PID", func(s *sample) { s.app.Spec.Template.Spec.HostPID = true }, "hostPID/hostIPC must be false"},
-		{"host port", func(s *sample) { s.sidecar.Ports[0].HostPort = 8080 }, "hostPort 8080"},
-		{"latest image", func(s *sample) { s.appC.Image = "docker.io/hashicorp/http-echo:latest" }, "explicit tag"},
-		{"untagged sidecar image", func(s *sample) { s.sidecar.Image = "fenceproxy" }, "explicit tag"},
+		}, "container fenceproxy: securityContext.seccompProfile", warnLevel},
+		{"app writable root", func(s *sample) { s.appC.SecurityContext.ReadOnlyRootFilesystem = nil }, "container app: securityContext.readOnlyRootFilesystem", warnLevel},
+		{"redis escalates", func(s *sample) { s.redisC.SecurityContext.AllowPrivilegeEscalation = ptr.To(true) }, "container redis: securityContext.allowPrivilegeEscalation", warnLevel},
+		{"sidecar without limits", func(s *sample) { s.sidecar.Resources.Limits = nil }, "container fenceproxy: resources.limits.cpu must be set", warnLevel},
+		{"sidecar without memory request", func(s *sample) { delete(s.sidecar.Resources.Requests, corev1.ResourceMemory) }, "container fenceproxy: resources.requests.memory must be set", warnLevel},
+		{"request above limit", func(s *sample) { s.sidecar.Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2") }, "exceeds the limit", warnLevel},
+		{"host network", func(s *sample) { s.app.Spec.Template.Spec.HostNetwork = true }, "hostNetwork", errLevel},
+		{"host PID", func(s *sample) { s.app.Spec.Template.Spec.HostPID = true }, "hostPID/hostIPC must be false", warnLevel},
+		{"host port", func(s *sample) { s.sidecar.Ports[0].HostPort = 8080 }, "hostPort 8080", errLevel},
+		{"latest image", func(s *sample) { s.appC.Image = "docker.io/hashicorp/http-echo:latest" }, "explicit tag", warnLevel},
+		{"untagged sidecar image", func(s *sample) { s.sidecar.Image = "fenceproxy" }, "explicit tag", warnLevel},
 		// Shutdown.
-		{"grace below the drain", func(s *sample) { s.app.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](25) }, "terminationGracePeriodSeconds 25s"},
-		{"drain above the grace", func(s *sample) { setEnv(s, "FENCE_SHUTDOWN_TIMEOUT", "40s") }, "FENCE_SHUTDOWN_TIMEOUT (40s)"},
-		{"default grace", func(s *sample) { s.app.Spec.Template.Spec.TerminationGracePeriodSeconds = nil }, "terminationGracePeriodSeconds 30s"},
+		{"grace below the drain", func(s *sample) { s.app.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](25) }, "terminationGracePeriodSeconds 25s", warnLevel},
+		{"drain above the grace", func(s *sample) { setEnv(s, "FENCE_SHUTDOWN_TIMEOUT", "40s") }, "FENCE_SHUTDOWN_TIMEOUT (40s)", warnLevel},
+		{"default grace", func(s *sample) { s.app.Spec.Template.Spec.TerminationGracePeriodSeconds = nil }, "terminationGracePeriodSeconds 30s", warnLevel},
 		// Metrics.
-		{"scrape the data port", func(s *sample) { s.app.Spec.Template.Annotations["prometheus.io/port"] = "8080" }, "prometheus.io/port=9090"},
-		{"no scrape annotations", func(s *sample) { s.app.Spec.Template.Annotations = nil }, "prometheus.io/scrape=true"},
+		{"scrape the data port", func(s *sample) { s.app.Spec.Template.Annotations["prometheus.io/port"] = "8080" }, "prometheus.io/port=9090", warnLevel},
+		{"no scrape annotations", func(s *sample) { s.app.Spec.Template.Annotations = nil }, "prometheus.io/scrape=true", warnLevel},
 		// The store.
-		{"memory store", func(s *sample) { setEnv(s, "FENCE_STORE", "memory"); delete(s.env.Data, "FENCE_REDIS_URL") }, "memory forgets"},
-		{"bolt with replicas", func(s *sample) { setEnv(s, "FENCE_STORE", "bolt"); delete(s.env.Data, "FENCE_REDIS_URL") }, "keeps marks per pod"},
+		{"memory store", func(s *sample) { setEnv(s, "FENCE_STORE", "memory"); delete(s.env.Data, "FENCE_REDIS_URL") }, "memory forgets", errLevel},
+		{"bolt with replicas", func(s *sample) { setEnv(s, "FENCE_STORE", "bolt"); delete(s.env.Data, "FENCE_REDIS_URL") }, "keeps marks per pod", errLevel},
 		{"bolt on the read-only root", func(s *sample) {
 			setEnv(s, "FENCE_STORE", "bolt")
 			delete(s.env.Data, "FENCE_REDIS_URL")
 			s.app.Spec.Replicas = ptr.To[int32](1)
-		}, "FENCE_BOLT_PATH \"fenceproxy.db\" must be on a writable persistent volume"},
-		{"redis URL wrong port", func(s *sample) { setEnv(s, "FENCE_REDIS_URL", "redis://redis-0.redis:6380/0") }, "port 6380 is not a port of Service redis"},
+		}, "FENCE_BOLT_PATH \"fenceproxy.db\" must be on a writable persistent volume", errLevel},
+		{"redis URL wrong port", func(s *sample) { setEnv(s, "FENCE_REDIS_URL", "redis://redis-0.redis:6380/0") }, "port 6380 is not a port of Service redis", errLevel},
 		{"redis URL spreads over replicas", func(s *sample) {
 			setEnv(s, "FENCE_REDIS_URL", "redis://redis:6379/0")
 			s.redis.Spec.Replicas = ptr.To[int32](3)
-		}, "spreads connections over 3 Redis pods"},
-		{"redis URL at the app", func(s *sample) { setEnv(s, "FENCE_REDIS_URL", "redis://sample-app:80/0") }, "runs no redis-server"},
+		}, "spreads connections over 3 Redis pods", errLevel},
+		{"redis URL at the app", func(s *sample) { setEnv(s, "FENCE_REDIS_URL", "redis://sample-app:80/0") }, "runs no redis-server", errLevel},
 		{"redis appendfsync everysec", func(s *sample) {
 			s.redisCM.Data["redis.conf"] = strings.Replace(s.redisCM.Data["redis.conf"], "appendfsync always", "appendfsync everysec", 1)
-		}, `appendfsync is "everysec"`},
+		}, `appendfsync is "everysec"`, errLevel},
 		{"redis without AOF", func(s *sample) {
 			s.redisCM.Data["redis.conf"] = strings.Replace(s.redisCM.Data["redis.conf"], "appendonly yes", "", 1)
-		}, `appendonly is ""`},
+		}, `appendonly is ""`, errLevel},
 		{"redis evicts", func(s *sample) {
 			s.redisCM.Data["redis.conf"] += "maxmemory-policy allkeys-lru\n"
-		}, `maxmemory-policy is "allkeys-lru"`},
-		{"redis args override the file", func(s *sample) { s.redisC.Args = append(s.redisC.Args, "--appendonly", "no") }, `appendonly is "no"`},
-		{"redis config not mounted", func(s *sample) { s.redisC.VolumeMounts = s.redisC.VolumeMounts[:1] }, "config file /etc/redis/redis.conf"},
-		{"redis without a PVC", func(s *sample) { s.redis.Spec.VolumeClaimTemplates = nil }, "volumeClaimTemplates"},
+		}, `maxmemory-policy is "allkeys-lru"`, errLevel},
+		{"redis args override the file", func(s *sample) { s.redisC.Args = append(s.redisC.Args, "--appendonly", "no") }, `appendonly is "no"`, errLevel},
+		{"redis config not mounted", func(s *sample) { s.redisC.VolumeMounts = s.redisC.VolumeMounts[:1] }, "config file /etc/redis/redis.conf", errLevel},
+		{"redis without a PVC", func(s *sample) { s.redis.Spec.VolumeClaimTemplates = nil }, "volumeClaimTemplates", errLevel},
 		{"redis dir off the volume", func(s *sample) {
 			s.redisCM.Data["redis.conf"] = strings.Replace(s.redisCM.Data["redis.conf"], "dir /data", "dir /tmp", 1)
-		}, `Redis dir "/tmp" is not on a persistent volume`},
-		{"redis without its governing Service", func(s *sample) { s.without("Service", "redis") }, `governing Service "redis"`},
+		}, `Redis dir "/tmp" is not on a persistent volume`, errLevel},
+		{"redis without its governing Service", func(s *sample) { s.without("Service", "redis") }, `governing Service "redis"`, errLevel},
 		{"redis service selects other pods", func(s *sample) {
 			s.redisSv.Spec.Selector = map[string]string{"app.kubernetes.io/name": "other"}
-		}, "does not select the Redis pods"},
+		}, "does not select the Redis pods", errLevel},
 		{"redis service not headless", func(s *sample) {
 			s.redisSv.Spec.ClusterIP = ""
-		}, "must be headless"},
+		}, "must be headless", errLevel},
 	}
-	for _, tc := range cases {
+}
+
+// TestChecksCanFail breaks the sample app one property at a time: Check must
+// report each, at its level. A hardening warning alone does not fail Err.
+func TestChecksCanFail(t *testing.T) {
+	docs := sampleJSON(t)
+	for _, tc := range sampleBreaks() {
 		t.Run(tc.name, func(t *testing.T) {
 			s := loadSample(t, docs)
 			tc.break_(s)
-			err := Check(s.objs).Err()
-			t.Log(err)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("want a problem containing %q, got:\n%v", tc.want, err)
-			}
+			rep := Check(s.objs)
+			t.Log(errors.Join(rep.Errors...), errors.Join(rep.Warnings...))
+			checkFinding(t, tc.want, tc.level, rep.Errors, rep.Warnings)
 		})
+	}
+}
+
+// level is a finding's level, as the tests expect it.
+type level string
+
+const (
+	errLevel  level = "error"   // in Errors: fails Err
+	warnLevel level = "warning" // in Warnings, and nothing in Errors
+)
+
+// checkFinding requires a finding containing want among errs (errLevel) or
+// among warns (warnLevel); a case at warnLevel breaks a hardening property
+// only, so it must leave errs empty.
+func checkFinding(t *testing.T, want string, lvl level, errs, warns []error) {
+	t.Helper()
+	has := func(list []error) bool {
+		return slices.ContainsFunc(list, func(e error) bool { return strings.Contains(e.Error(), want) })
+	}
+	switch {
+	case lvl == errLevel && !has(errs) && has(warns):
+		t.Errorf("want an error containing %q, got it as a warning", want)
+	case lvl == warnLevel && !has(warns) && has(errs):
+		t.Errorf("want a warning containing %q, got it as an error", want)
+	case lvl == errLevel && !has(errs), lvl == warnLevel && !has(warns):
+		t.Errorf("want a %s containing %q, got:\nerrors:\n%v\nwarnings:\n%v", lvl, want, errors.Join(errs...), errors.Join(warns...))
+	case lvl == warnLevel && len(errs) > 0:
+		t.Errorf("a hardening warning alone must not fail Err, got errors:\n%v", errors.Join(errs...))
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 // Set it verifies signed fencing tokens with (docs/tokens.md).
 const TokenKeysVar = "FENCE_TOKEN_KEYS_FILE"
 
-// checkTokenKeys checks the keys file of the sidecar c when its environment
-// sets TokenKeysVar. The file must be reachable through a volume mount of c
+// checkTokenKeys checks the keys file of the fenceproxy container c (the
+// sidecar, or fenceproxy authz) when its environment sets TokenKeysVar. The file must be reachable through a volume mount of c
 // (a ConfigMap or a Secret), mounted without subPath, so that the kubelet's
 // updates reach it and fenceproxy reloads rotated keys; it must hold no
 // private key material, and no HS256 secret when it comes from a
@@ -68,12 +68,12 @@ func checkTokenKeys(p problems, idx *index, w workload, c *corev1.Container, env
 		return // the parse below would refuse the same keys again
 	}
 	if err := config.CheckKeySet(data); err != nil {
-		p.add("%s names %s, from %s, which is not a JWK Set fenceproxy accepts, so fenceproxy would not start: %s.",
-			TokenKeysVar, file, source, strings.ReplaceAll(err.Error(), "\n", "; "))
+		p.add("%s names %s, from %s, which is not a JWK Set fenceproxy accepts, so fenceproxy would not start: %s",
+			TokenKeysVar, file, source, oneLine(err))
 		return
 	}
 	if len(shared) > 0 && strings.HasPrefix(source, "ConfigMap") {
-		p.add("%s names %s, from %s, which holds an HS256 shared secret (%s): whoever can read the ConfigMap can mint any fencing token. Give an HS256 key set to the sidecar from a Secret, or use EdDSA or ES256 keys, whose set is public.",
+		p.add("%s names %s, from %s, which holds an HS256 shared secret (%s): whoever can read the ConfigMap can mint any fencing token. Give an HS256 key set to fenceproxy from a Secret, or use EdDSA or ES256 keys, whose set is public.",
 			TokenKeysVar, file, source, strings.Join(shared, ", "))
 	}
 }

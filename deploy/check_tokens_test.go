@@ -126,15 +126,20 @@ func hs256JWK(t *testing.T, kid string) map[string]string {
 	return map[string]string{"kty": "oct", "alg": "HS256", "kid": kid, "k": base64.RawURLEncoding.EncodeToString(k)}
 }
 
-// tokenProblems are the problems that name the keys variable.
-func tokenProblems(rep Report) []string {
-	var out []string
-	for _, e := range rep.Problems {
+// tokenProblems are the findings that name the keys variable: the errors,
+// then the warnings.
+func tokenProblems(rep Report) (errs, warns []string) {
+	for _, e := range rep.Errors {
 		if strings.Contains(e.Error(), TokenKeysVar) {
-			out = append(out, e.Error())
+			errs = append(errs, e.Error())
 		}
 	}
-	return out
+	for _, e := range rep.Warnings {
+		if strings.Contains(e.Error(), TokenKeysVar) {
+			warns = append(warns, e.Error())
+		}
+	}
+	return errs, warns
 }
 
 // TestSignedTokensOverlay: the overlay passes every check, and gives the
@@ -161,20 +166,21 @@ func TestSignedTokensOverlay(t *testing.T) {
 	}
 }
 
-// TestTokenKeysChecks breaks the overlay's keys one way at a time: Check
-// must report each, once, in one sentence that names the workload, the
-// container, the variable and the file. The good variants must pass.
-func TestTokenKeysChecks(t *testing.T) {
-	docs := buildJSON(t, signedDir)
+// tokenKeyCase changes the signed-tokens overlay's keys one way.
+type tokenKeyCase struct {
+	name   string
+	change func(s *signedSample)
+	file   string   // the file the problem names; keysFile if empty
+	want   []string // substrings of the one problem, an error; none: the change passes
+}
+
+// tokenKeyCases are the cases of TestTokenKeysChecks, also run by
+// TestFindingMessages.
+func tokenKeyCases(t *testing.T) []tokenKeyCase {
 	pub1, priv1 := ed25519JWK(t, "k1")
 	pub2, _ := ed25519JWK(t, "k2")
 	setFile := func(s *signedSample, set string) { s.keys.Data["keys.json"] = set }
-	cases := []struct {
-		name   string
-		change func(s *signedSample)
-		file   string   // the file the problem names; keysFile if empty
-		want   []string // substrings of the one problem; none: the change passes
-	}{
+	return []tokenKeyCase{
 		// Good manifests.
 		{name: "the overlay as rendered", change: func(*signedSample) {}},
 		{name: "two keys, as during a rotation", change: func(s *signedSample) { setFile(s, jwkSet(t, pub1, pub2)) }},
@@ -242,12 +248,21 @@ func TestTokenKeysChecks(t *testing.T) {
 		{name: "a kid twice", change: func(s *signedSample) { setFile(s, jwkSet(t, pub1, pub1)) },
 			want: []string{`kid "k1" appears twice`}},
 	}
-	for _, tc := range cases {
+}
+
+// TestTokenKeysChecks breaks the overlay's keys one way at a time: Check
+// must report each, once, as an error, in one sentence that names the
+// workload, the container, the variable and the file. The good variants
+// must pass.
+func TestTokenKeysChecks(t *testing.T) {
+	docs := buildJSON(t, signedDir)
+	for _, tc := range tokenKeyCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := loadSigned(t, docs)
 			tc.change(s)
 			rep := Check(s.objs)
-			got := tokenProblems(rep)
+			errs, warns := tokenProblems(rep)
+			got := append(errs, warns...)
 			if len(tc.want) == 0 {
 				if err := rep.Err(); err != nil {
 					t.Fatalf("want no problem, got:\n%v", err)
@@ -256,6 +271,9 @@ func TestTokenKeysChecks(t *testing.T) {
 			}
 			if len(got) != 1 {
 				t.Fatalf("want one problem naming %s, got %d:\n%s", TokenKeysVar, len(got), strings.Join(got, "\n"))
+			}
+			if len(errs) != 1 {
+				t.Errorf("want the problem to be an error (a keys file the sidecar cannot use, or that leaks a key), got a warning:\n%s", got[0])
 			}
 			msg := got[0]
 			t.Log(msg)

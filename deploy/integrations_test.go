@@ -493,10 +493,18 @@ func TestAuthzWorkload(t *testing.T) {
 	}
 }
 
-// TestAuthzChecksCanFail breaks the authz workload one property at a time:
-// Check or CheckAuthz must report each.
-func TestAuthzChecksCanFail(t *testing.T) {
-	docs := renderJSON(t, authzDir)
+// authzCase breaks the authz workload one way: Check or CheckAuthz must
+// report a finding containing want, at level.
+type authzCase struct {
+	name   string
+	break_ func(a *authzObjects)
+	want   string
+	level  level
+}
+
+// authzBreaks are the cases of TestAuthzChecksCanFail, also run by
+// TestFindingMessages.
+func authzBreaks(t *testing.T) []authzCase {
 	setEnv := func(a *authzObjects, k, v string) { a.env.Data[k] = v }
 	port := func(a *authzObjects, name string) *corev1.ContainerPort {
 		for i := range a.c.Ports {
@@ -507,84 +515,96 @@ func TestAuthzChecksCanFail(t *testing.T) {
 		t.Fatalf("no port %s", name)
 		return nil
 	}
-	cases := []struct {
-		name   string
-		break_ func(a *authzObjects)
-		want   string
-	}{
+	return []authzCase{
 		// config.LoadAuthz and the routes file.
-		{"bad env value", func(a *authzObjects) { setEnv(a, "FENCE_STORE_TIMEOUT", "soon") }, "config.LoadAuthz"},
-		{"bad path prefix", func(a *authzObjects) { setEnv(a, "FENCE_AUTHZ_PATH_PREFIX", "fence") }, "FENCE_AUTHZ_PATH_PREFIX"},
-		{"unknown variable", func(a *authzObjects) { setEnv(a, "FENCE_AUTHZ_GRPC", ":9191") }, "FENCE_AUTHZ_GRPC"},
-		{"gRPC on the admin port", func(a *authzObjects) { setEnv(a, "FENCE_AUTHZ_GRPC_ADDR", ":9090") }, "FENCE_AUTHZ_GRPC_ADDR"},
+		{"bad env value", func(a *authzObjects) { setEnv(a, "FENCE_STORE_TIMEOUT", "soon") }, "config.LoadAuthz", errLevel},
+		{"bad path prefix", func(a *authzObjects) { setEnv(a, "FENCE_AUTHZ_PATH_PREFIX", "fence") }, "FENCE_AUTHZ_PATH_PREFIX", errLevel},
+		{"unknown variable", func(a *authzObjects) { setEnv(a, "FENCE_AUTHZ_GRPC", ":9191") }, "FENCE_AUTHZ_GRPC", errLevel},
+		{"gRPC on the admin port", func(a *authzObjects) { setEnv(a, "FENCE_AUTHZ_GRPC_ADDR", ":9090") }, "FENCE_AUTHZ_GRPC_ADDR", errLevel},
 		{"routes with an unknown key", func(a *authzObjects) {
 			a.routes.Data["routes.yaml"] = strings.Replace(a.routes.Data["routes.yaml"], "compare:", "comparison:", 1)
-		}, "comparison"},
-		{"routes not mounted", func(a *authzObjects) { a.c.VolumeMounts = nil }, "no volume is mounted there"},
-		{"drain barrier configured", func(a *authzObjects) { setEnv(a, "FENCE_DRAIN", "on") }, "FENCE_DRAIN is set: it has no effect in authorization mode"},
-		{"upstream timeout configured", func(a *authzObjects) { setEnv(a, "FENCE_UPSTREAM_TIMEOUT", "30s") }, "FENCE_UPSTREAM_TIMEOUT is set"},
+		}, "comparison", errLevel},
+		{"routes not mounted", func(a *authzObjects) { a.c.VolumeMounts = nil }, "no volume is mounted there", errLevel},
+		{"drain barrier configured", func(a *authzObjects) { setEnv(a, "FENCE_DRAIN", "on") }, "FENCE_DRAIN is set: it has no effect in authorization mode", warnLevel},
+		{"upstream timeout configured", func(a *authzObjects) { setEnv(a, "FENCE_UPSTREAM_TIMEOUT", "30s") }, "FENCE_UPSTREAM_TIMEOUT is set", warnLevel},
 		// Listeners against container ports.
-		{"listen address drifts", func(a *authzObjects) { setEnv(a, "FENCE_LISTEN_ADDR", ":8081") }, `FENCE_LISTEN_ADDR ":8081" does not match`},
-		{"on loopback", func(a *authzObjects) { setEnv(a, "FENCE_LISTEN_ADDR", "127.0.0.1:8080") }, "must listen on every interface"},
-		{"gRPC address drifts", func(a *authzObjects) { setEnv(a, "FENCE_AUTHZ_GRPC_ADDR", ":9192") }, `FENCE_AUTHZ_GRPC_ADDR ":9192" does not match`},
-		{"gRPC off, port declared", func(a *authzObjects) { delete(a.env.Data, "FENCE_AUTHZ_GRPC_ADDR") }, "FENCE_AUTHZ_GRPC_ADDR is unset"},
-		{"gRPC on, no port", func(a *authzObjects) { port(a, AuthzGRPCPortName).Name = "grpc" }, "no container port is named authz-grpc"},
-		{"HTTP port renamed", func(a *authzObjects) { port(a, AuthzHTTPPortName).Name = "http" }, "no container port named authz-http"},
+		{"listen address drifts", func(a *authzObjects) { setEnv(a, "FENCE_LISTEN_ADDR", ":8081") }, `FENCE_LISTEN_ADDR ":8081" does not match`, errLevel},
+		{"on loopback", func(a *authzObjects) { setEnv(a, "FENCE_LISTEN_ADDR", "127.0.0.1:8080") }, "must listen on every interface", errLevel},
+		{"gRPC address drifts", func(a *authzObjects) { setEnv(a, "FENCE_AUTHZ_GRPC_ADDR", ":9192") }, `FENCE_AUTHZ_GRPC_ADDR ":9192" does not match`, errLevel},
+		{"gRPC off, port declared", func(a *authzObjects) { delete(a.env.Data, "FENCE_AUTHZ_GRPC_ADDR") }, "FENCE_AUTHZ_GRPC_ADDR is unset", errLevel},
+		{"gRPC on, no port", func(a *authzObjects) { port(a, AuthzGRPCPortName).Name = "grpc" }, "no container port is named authz-grpc", errLevel},
+		{"HTTP port renamed", func(a *authzObjects) { port(a, AuthzHTTPPortName).Name = "http" }, "no container port named authz-http", errLevel},
 		// Probes and metrics.
-		{"readiness on /healthz", func(a *authzObjects) { a.c.ReadinessProbe.HTTPGet.Path = "/healthz" }, `readinessProbe.httpGet.path is "/healthz"`},
-		{"no liveness", func(a *authzObjects) { a.c.LivenessProbe = nil }, "livenessProbe is missing"},
-		{"readiness on the data port", func(a *authzObjects) { a.c.ReadinessProbe.HTTPGet.Port = intstr.FromString(AuthzHTTPPortName) }, "readinessProbe.httpGet.port"},
-		{"no scrape annotations", func(a *authzObjects) { a.dep.Spec.Template.Annotations = nil }, "prometheus.io/scrape=true"},
+		{"readiness on /healthz", func(a *authzObjects) { a.c.ReadinessProbe.HTTPGet.Path = "/healthz" }, `readinessProbe.httpGet.path is "/healthz"`, warnLevel},
+		{"no liveness", func(a *authzObjects) { a.c.LivenessProbe = nil }, "livenessProbe is missing", warnLevel},
+		{"readiness on the data port", func(a *authzObjects) { a.c.ReadinessProbe.HTTPGet.Port = intstr.FromString(AuthzHTTPPortName) }, "readinessProbe.httpGet.port", warnLevel},
+		{"no scrape annotations", func(a *authzObjects) { a.dep.Spec.Template.Annotations = nil }, "prometheus.io/scrape=true", warnLevel},
 		// Availability.
-		{"one replica", func(a *authzObjects) { a.dep.Spec.Replicas = ptr.To[int32](1) }, "replicas 1"},
+		{"one replica", func(a *authzObjects) { a.dep.Spec.Replicas = ptr.To[int32](1) }, "replicas 1", warnLevel},
 		{"no disruption budget", func(a *authzObjects) {
 			a.objs = slices.DeleteFunc(a.objs, func(o Object) bool { return o.GVK.Kind == "PodDisruptionBudget" })
-		}, "no PodDisruptionBudget"},
-		{"budget keeps none", func(a *authzObjects) { a.pdb.Spec.MinAvailable = ptr.To(intstr.FromInt32(0)) }, "keeps no pod"},
-		{"rollout takes pods away", func(a *authzObjects) { a.dep.Spec.Strategy.RollingUpdate.MaxUnavailable = nil }, "maxUnavailable must be 0"},
+		}, "no PodDisruptionBudget", warnLevel},
+		{"budget keeps none", func(a *authzObjects) { a.pdb.Spec.MinAvailable = ptr.To(intstr.FromInt32(0)) }, "keeps no pod", warnLevel},
+		{"rollout takes pods away", func(a *authzObjects) { a.dep.Spec.Strategy.RollingUpdate.MaxUnavailable = nil }, "maxUnavailable must be 0", warnLevel},
 		{"recreate", func(a *authzObjects) {
 			a.dep.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
-		}, "strategy Recreate"},
-		{"grace below the drain", func(a *authzObjects) { a.dep.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](20) }, "terminationGracePeriodSeconds 20s"},
+		}, "strategy Recreate", warnLevel},
+		{"grace below the drain", func(a *authzObjects) { a.dep.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](20) }, "terminationGracePeriodSeconds 20s", warnLevel},
 		// The store.
-		{"memory store", func(a *authzObjects) { setEnv(a, "FENCE_STORE", "memory"); delete(a.env.Data, "FENCE_REDIS_URL") }, "memory forgets"},
-		{"bolt store", func(a *authzObjects) { setEnv(a, "FENCE_STORE", "bolt"); delete(a.env.Data, "FENCE_REDIS_URL") }, "bolt store is one file in one pod"},
-		{"redis URL wrong port", func(a *authzObjects) { setEnv(a, "FENCE_REDIS_URL", "redis://redis-0.redis:6380/0") }, "port 6380 is not a port of Service redis"},
+		{"memory store", func(a *authzObjects) { setEnv(a, "FENCE_STORE", "memory"); delete(a.env.Data, "FENCE_REDIS_URL") }, "memory forgets", errLevel},
+		{"bolt store", func(a *authzObjects) { setEnv(a, "FENCE_STORE", "bolt"); delete(a.env.Data, "FENCE_REDIS_URL") }, "bolt store is one file in one pod", errLevel},
+		{"redis URL wrong port", func(a *authzObjects) { setEnv(a, "FENCE_REDIS_URL", "redis://redis-0.redis:6380/0") }, "port 6380 is not a port of Service redis", errLevel},
 		// The Service.
 		{"Service exposes the admin port", func(a *authzObjects) {
 			a.svc.Spec.Ports = append(a.svc.Spec.Ports, corev1.ServicePort{Name: "admin", Port: 9090, TargetPort: intstr.FromString(AdminPortName)})
-		}, "targets the admin port"},
-		{"gRPC port not said to be gRPC", func(a *authzObjects) { a.svc.Spec.Ports[1].AppProtocol = nil; a.svc.Spec.Ports[1].Name = "rpc" }, "says so neither by appProtocol"},
-		{"Service targets nothing", func(a *authzObjects) { a.svc.Spec.Ports[0].TargetPort = intstr.FromInt32(8081) }, "not a port of container authz"},
+		}, "targets the admin port", warnLevel},
+		{"gRPC port not said to be gRPC", func(a *authzObjects) { a.svc.Spec.Ports[1].AppProtocol = nil; a.svc.Spec.Ports[1].Name = "rpc" }, "says so neither by appProtocol", errLevel},
+		{"Service targets nothing", func(a *authzObjects) { a.svc.Spec.Ports[0].TargetPort = intstr.FromInt32(8081) }, "not a port of container authz", errLevel},
 		{"no Service", func(a *authzObjects) {
 			a.objs = slices.DeleteFunc(a.objs, func(o Object) bool { return o.GVK.Kind == "Service" && o.Name == "fenceproxy-authz" })
-		}, "no Service selects the pods"},
+		}, "no Service selects the pods", errLevel},
+		{"unnamed Service port targets nothing", func(a *authzObjects) {
+			a.svc.Spec.Ports = a.svc.Spec.Ports[:1]
+			a.svc.Spec.Ports[0].Name = ""
+			a.svc.Spec.Ports[0].TargetPort = intstr.FromInt32(8081)
+		}, "Service fenceproxy-authz port 8080 has targetPort 8081, not a port of container authz", errLevel},
 		// NetworkPolicies.
-		{"callers not named", func(a *authzObjects) { a.policy.Spec.Ingress[0].From = nil }, "ingress[0] admits every source"},
-		{"every port", func(a *authzObjects) { a.policy.Spec.Ingress[0].Ports = nil }, "ingress[0] admits every port"},
-		{"a foreign port", func(a *authzObjects) { a.policy.Spec.Ingress[0].Ports[0].Port = ptr.To(intstr.FromInt32(3000)) }, "admits port 3000"},
+		{"callers not named", func(a *authzObjects) { a.policy.Spec.Ingress[0].From = nil }, "ingress[0] admits every source", warnLevel},
+		{"every port", func(a *authzObjects) { a.policy.Spec.Ingress[0].Ports = nil }, "ingress[0] admits every port", warnLevel},
+		{"a foreign port", func(a *authzObjects) { a.policy.Spec.Ingress[0].Ports[0].Port = ptr.To(intstr.FromInt32(3000)) }, "admits port 3000", warnLevel},
 		{"no policy", func(a *authzObjects) {
 			a.objs = slices.DeleteFunc(a.objs, func(o Object) bool { return o.Name == "fenceproxy-authz-ingress" })
-		}, "no NetworkPolicy restricts ingress"},
+		}, "no NetworkPolicy restricts ingress", warnLevel},
 		// The container (CheckAuthz), and hardening (Check).
 		{"as a sidecar", func(a *authzObjects) {
 			pod := &a.dep.Spec.Template.Spec
 			pod.InitContainers = append(pod.InitContainers, *a.c)
-		}, "runs fenceproxy authz: the authorization mode is a service of its own"},
-		{"another user", func(a *authzObjects) { a.c.SecurityContext.RunAsUser = ptr.To[int64](1000) }, "runAsUser must be 65532"},
-		{"writable root", func(a *authzObjects) { a.c.SecurityContext.ReadOnlyRootFilesystem = ptr.To(false) }, "container authz: securityContext.readOnlyRootFilesystem"},
-		{"no limits", func(a *authzObjects) { a.c.Resources.Limits = nil }, "container authz: resources.limits.cpu must be set"},
-		{"latest image", func(a *authzObjects) { a.c.Image = "fenceproxy:latest" }, "explicit tag"},
+		}, "runs fenceproxy authz: the authorization mode is a service of its own", errLevel},
+		{"another user", func(a *authzObjects) { a.c.SecurityContext.RunAsUser = ptr.To[int64](1000) }, "runAsUser must be 65532", warnLevel},
+		{"writable root", func(a *authzObjects) { a.c.SecurityContext.ReadOnlyRootFilesystem = ptr.To(false) }, "container authz: securityContext.readOnlyRootFilesystem", warnLevel},
+		{"no limits", func(a *authzObjects) { a.c.Resources.Limits = nil }, "container authz: resources.limits.cpu must be set", warnLevel},
+		{"latest image", func(a *authzObjects) { a.c.Image = "fenceproxy:latest" }, "explicit tag", warnLevel},
 	}
-	for _, tc := range cases {
+}
+
+// checkBoth runs Check and CheckAuthz, as `cmd/render -check` does, and
+// returns their errors and warnings.
+func checkBoth(objs []Object) (errs, warns []error) {
+	rep, arep := Check(objs), CheckAuthz(objs)
+	return slices.Concat(rep.Errors, arep.Errors), slices.Concat(rep.Warnings, arep.Warnings)
+}
+
+// TestAuthzChecksCanFail breaks the authz workload one property at a time:
+// Check or CheckAuthz must report each, at its level.
+func TestAuthzChecksCanFail(t *testing.T) {
+	docs := renderJSON(t, authzDir)
+	for _, tc := range authzBreaks(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := loadAuthz(t, docs)
 			tc.break_(a)
-			err := errors.Join(Check(a.objs).Err(), CheckAuthz(a.objs).Err())
-			t.Log(err)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("want a problem containing %q, got:\n%v", tc.want, err)
-			}
+			errs, warns := checkBoth(a.objs)
+			t.Log(errors.Join(errs...), errors.Join(warns...))
+			checkFinding(t, tc.want, tc.level, errs, warns)
 		})
 	}
 }

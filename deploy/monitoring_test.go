@@ -407,7 +407,7 @@ const (
 	monDrain = `fenceproxy_drain_total{job="app", instance="p1:9090", route="orders", outcome="%s"}`
 	monResp  = `fenceproxy_upstream_responses_total{job="app", instance="p1:9090", route="orders", class="%s"}`
 	monUpErr = `fenceproxy_upstream_errors_total{job="app", instance="p1:9090", route="orders"}`
-	monRel   = `fenceproxy_config_reloads_total{job="app", instance="p1:9090", file="routes", result="%s"}`
+	monRel   = `fenceproxy_config_last_reload_successful{job="app", instance="p1:9090", file="routes"}`
 )
 
 func monSeries(lines ...string) string { return strings.Join(lines, "\n") + "\n" }
@@ -515,30 +515,21 @@ var monAlertCases = []monAlertCase{
 			monLine(monDrain, "expired", "0+1x30"),
 			monLine(monDrain, "timeout", "0x30"))},
 
-	// FenceConfigReloadFailed
+	// FenceConfigReloadFailed: the gauge is 1 while the last reload put the
+	// file in force, 0 while it failed.
 	{name: "an invalid file at minute 11, never fixed", alert: "FenceConfigReloadFailed",
-		series: monSeries(
-			monLine(monRel, "error", "0x10 1x50"),
-			monLine(monRel, "ok", "0x60")),
+		series:  monSeries(monLine(monRel, "", "1x10 0x50")),
 		quietAt: []time.Duration{13 * monMin}, fireAt: []time.Duration{20 * monMin, 60 * monMin},
 		labels: map[string]string{"file": "routes", "instance": "p1:9090", "severity": "warning"}},
 	{name: "a good reload, then an invalid one", alert: "FenceConfigReloadFailed",
-		series: monSeries(
-			monLine(monRel, "ok", "0x5 1x55"),
-			monLine(monRel, "error", "0x20 1x40")),
+		series:  monSeries(monLine(monRel, "", "1x20 0x40")),
 		quietAt: []time.Duration{15 * monMin}, fireAt: []time.Duration{30 * monMin}},
 	{name: "an invalid file fixed two minutes later", alert: "FenceConfigReloadFailed", never: true, until: 60 * monMin,
-		series: monSeries(
-			monLine(monRel, "error", "0x10 1x50"),
-			monLine(monRel, "ok", "0x12 1x48"))},
+		series: monSeries(monLine(monRel, "", "1x10 0 0 1x48"))},
 	{name: "good reloads only", alert: "FenceConfigReloadFailed", never: true,
-		series: monSeries(
-			monLine(monRel, "error", "0x40"),
-			monLine(monRel, "ok", "0x5 1x10 2x25"))},
+		series: monSeries(monLine(monRel, "", "1x40"))},
 	{name: "the replica with the invalid file is gone", alert: "FenceConfigReloadFailed",
-		series: monSeries(
-			monLine(monRel, "error", "0x10 1x10"),
-			monLine(monRel, "ok", "0x20")),
+		series: monSeries(monLine(monRel, "", "1x10 0x10")),
 		fireAt: []time.Duration{18 * monMin}, quietAt: []time.Duration{30 * monMin, 60 * monMin}},
 
 	// FenceUpstreamErrors: 10 forwards/s.
@@ -617,14 +608,11 @@ func TestAlertCasesCanFail(t *testing.T) {
 		{name: "store lost misspelled", alert: "FenceStoreLost",
 			edit:        func(e string) string { return strings.Replace(e, "fenceproxy_store_lost", "fenceproxy_store_lots", 1) },
 			wantFailing: []string{"identity record lost at minute 5"}},
-		{name: "reload alert on dead replicas", alert: "FenceConfigReloadFailed",
+		{name: "reload alert without for", alert: "FenceConfigReloadFailed", forTo: new(model.Duration),
+			wantFailing: []string{"an invalid file fixed two minutes later"}},
+		{name: "reload alert that never forgets a failure", alert: "FenceConfigReloadFailed",
 			edit: func(e string) string {
-				return e[:strings.LastIndex(e, "and")]
-			},
-			wantFailing: []string{"the replica with the invalid file is gone"}},
-		{name: "reload alert that ignores ok", alert: "FenceConfigReloadFailed",
-			edit: func(e string) string {
-				return `increase(fenceproxy_config_reloads_total{result="error"}[1h]) > 0`
+				return `max_over_time((fenceproxy_config_last_reload_successful == 0)[1h:1m])`
 			},
 			wantFailing: []string{"an invalid file fixed two minutes later"}},
 		{name: "upstream errors without the 502s", alert: "FenceUpstreamErrors",

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -9,7 +10,9 @@ import (
 )
 
 // TestEveryKustomization renders every kustomization under deploy/ with
-// Kustomize, decodes every object strictly and runs Check on it. A Component
+// Kustomize, decodes every object strictly and runs Check and CheckAuthz on
+// it, as `cmd/render -check` does: no errors, and no warnings either (the
+// manifests shipped here are the hardened example). A Component
 // cannot be built alone: it must be included by a kustomization that is.
 func TestEveryKustomization(t *testing.T) {
 	ks, err := FindKustomizations(".")
@@ -44,8 +47,12 @@ func TestEveryKustomization(t *testing.T) {
 			if len(objs) == 0 {
 				t.Fatal("renders no objects")
 			}
-			if err := Check(objs).Err(); err != nil {
-				t.Errorf("checks:\n%v", err)
+			errs, warns := checkBoth(objs)
+			if len(errs) > 0 {
+				t.Errorf("checks, errors:\n%v", errors.Join(errs...))
+			}
+			if len(warns) > 0 {
+				t.Errorf("checks, warnings:\n%v", errors.Join(warns...))
 			}
 		})
 	}

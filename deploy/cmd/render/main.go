@@ -1,6 +1,13 @@
 // Command render prints the manifests of a kustomization, as `kubectl
 // kustomize` would, for users without kubectl; with -check it also decodes
-// them strictly and runs the checks of the deploy tests.
+// them strictly and runs the checks of the deploy tests: deploy.Check (the
+// sidecar, every pod's hardening, Redis) and deploy.CheckAuthz (the
+// workloads that run `fenceproxy authz`).
+//
+// The findings go to stderr, each labelled "error:" or "warning:". Errors
+// (what breaks fencing's safety, or keeps fenceproxy from running as the
+// manifests wire it) make render exit 1; warnings (generic hardening) are
+// printed and do not.
 //
 //	cd deploy
 //	go run ./cmd/render examples/sample-app                 # the YAML, ready for kubectl apply -f -
@@ -13,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/fenceproxy/fenceproxy/deploy"
 )
@@ -27,7 +35,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	check := fs.Bool("check", false, "decode every object strictly and run the deploy checks; report problems on stderr")
+	check := fs.Bool("check", false, "decode every object strictly and run the deploy checks; report errors and warnings on stderr, fail on errors")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: render [-check] DIR...   (a directory holding a kustomization.yaml)")
 		fs.PrintDefaults()
@@ -63,11 +71,28 @@ func run(args []string, stdout, stderr io.Writer) error {
 			failed = append(failed, fmt.Errorf("%s: %w", dir, err))
 			continue
 		}
-		if err := deploy.Check(objs).Err(); err != nil {
-			failed = append(failed, fmt.Errorf("%s: %w", dir, err))
+		rep, authz := deploy.Check(objs), deploy.CheckAuthz(objs)
+		errs := slices.Concat(rep.Errors, authz.Errors)
+		warns := slices.Concat(rep.Warnings, authz.Warnings)
+		for _, e := range errs {
+			fmt.Fprintf(stderr, "%s: error: %v\n", dir, e)
+		}
+		for _, w := range warns {
+			fmt.Fprintf(stderr, "%s: warning: %v\n", dir, w)
+		}
+		if len(errs) > 0 {
+			failed = append(failed, fmt.Errorf("%s: %s, %s", dir, count(len(errs), "error"), count(len(warns), "warning")))
 			continue
 		}
-		fmt.Fprintf(stderr, "%s: %d objects, checks passed\n", dir, len(objs))
+		fmt.Fprintf(stderr, "%s: %d objects, checks passed (%s)\n", dir, len(objs), count(len(warns), "warning"))
 	}
 	return errors.Join(failed...)
+}
+
+// count is "1 error", "2 errors".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

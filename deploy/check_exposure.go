@@ -1,0 +1,129 @@
+package deploy
+
+import (
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// checkExposure checks every way into the pod: only the sidecar declares
+// ports, the app listens on loopback, Services and NetworkPolicies admit
+// only the sidecar's ports. It returns the Services and NetworkPolicies that
+// select the pod.
+func checkExposure(p problems, idx *index, w workload, sidecar *corev1.Container, upstreamPort int32) (services, policies []string) {
+	podLabels := labels.Set(w.meta.Labels)
+	sidecarPort := func(port intstr.IntOrString) bool {
+		if port.Type == intstr.String {
+			return slices.ContainsFunc(sidecar.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == port.StrVal })
+		}
+		return slices.ContainsFunc(sidecar.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == port.IntVal })
+	}
+
+	// Only the sidecar offers ports; the app listens on loopback, explicitly.
+	listens := 0
+	for _, c := range allContainers(w.spec) {
+		if c == sidecar {
+			continue
+		}
+		for _, cp := range c.Ports {
+			p.add("container %s declares port %d: only the sidecar's ports may be declared (a Service could target it).", c.Name, cp.ContainerPort)
+		}
+		for _, a := range listenAddrs(c, upstreamPort) {
+			host, _, _ := net.SplitHostPort(a)
+			if !isLoopback(host) {
+				p.add("container %s listens on %q (its command, args or env): the app must listen on loopback only (127.0.0.1:%d).", c.Name, a, upstreamPort)
+			}
+			listens++
+		}
+	}
+	if upstreamPort != 0 && listens == 0 {
+		p.add("no app container's command, args or env name its listen address 127.0.0.1:%d: the app's default may be every interface; make the loopback address explicit.", upstreamPort)
+	}
+
+	for _, svc := range idx.services {
+		if svc.Namespace != w.ns || len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+			continue
+		}
+		services = append(services, svc.Name)
+		for _, sp := range svc.Spec.Ports {
+			tp := sp.TargetPort
+			if tp.Type == intstr.Int && tp.IntVal == 0 {
+				tp = intstr.FromInt32(sp.Port) // targetPort defaults to port
+			}
+			if !sidecarPort(tp) || (tp.Type == intstr.Int && tp.IntVal == upstreamPort) {
+				p.add("Service %s port %s has targetPort %s, not a port of the sidecar: requests would skip the fence.", svc.Name, servicePortName(sp), tp.String())
+			}
+		}
+	}
+
+	for _, np := range idx.policies {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if np.Namespace != w.ns || err != nil || !sel.Matches(podLabels) {
+			continue
+		}
+		if len(np.Spec.PolicyTypes) > 0 && !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			continue
+		}
+		policies = append(policies, np.Name)
+		for i, rule := range np.Spec.Ingress {
+			if len(rule.Ports) == 0 {
+				p.add("NetworkPolicy %s ingress[%d] admits every port (it lists no ports), the app's too: list the sidecar's ports.", np.Name, i)
+			}
+			for _, port := range rule.Ports {
+				switch {
+				case port.Port == nil:
+					p.add("NetworkPolicy %s ingress[%d] admits every port of its protocol (a ports entry without port).", np.Name, i)
+				case port.EndPort != nil:
+					p.add("NetworkPolicy %s ingress[%d] admits a port range (%s to endPort %d).", np.Name, i, port.Port.String(), *port.EndPort)
+				case !sidecarPort(*port.Port):
+					p.add("NetworkPolicy %s ingress[%d] admits port %s, not a port of the sidecar.", np.Name, i, port.Port.String())
+				case resolvePort(sidecar, *port.Port) != resolvePort(sidecar, intstr.FromString(DataPortName)) && len(rule.From) == 0:
+					p.warn("NetworkPolicy %s ingress[%d] admits the admin port %s from everyone (it lists no from): restrict it to Prometheus.", np.Name, i, port.Port.String())
+				}
+			}
+		}
+	}
+	if len(policies) == 0 {
+		p.add("no NetworkPolicy restricts ingress to the pods: any other port (the app's, should it listen beyond loopback) is open.")
+	}
+	return services, policies
+}
+
+// servicePortName names a Service port by its name, or by its number when it
+// has none (a Service with a single port may leave it unnamed).
+func servicePortName(sp corev1.ServicePort) string {
+	if sp.Name != "" {
+		return sp.Name
+	}
+	return strconv.Itoa(int(sp.Port))
+}
+
+// listenAddrs returns the host:port values in c's command, args and env that
+// name port, e.g. "-listen=127.0.0.1:5678" or LISTEN_ADDR=":5678".
+func listenAddrs(c *corev1.Container, port int32) []string {
+	var words []string
+	words = append(words, c.Command...)
+	words = append(words, c.Args...)
+	for _, e := range c.Env {
+		words = append(words, e.Value)
+	}
+	var addrs []string
+	for _, w := range words {
+		if _, v, ok := strings.Cut(w, "="); ok {
+			w = v
+		}
+		for _, f := range strings.Fields(w) {
+			if _, p, err := net.SplitHostPort(f); err == nil && p == strconv.Itoa(int(port)) {
+				addrs = append(addrs, f)
+			}
+		}
+	}
+	return addrs
+}
