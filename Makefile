@@ -15,7 +15,7 @@ run: ## fenceproxy on the embedded store in front of http://127.0.0.1:3000
 test: redis-server etcd vet ## every test, with the race detector; tests start their own redis-server and etcd
 	$(GO) test -race -count=1 ./...
 	@# allocation counts are only meaningful without -race (sync.Pool drops items under it)
-	$(GO) test -count=1 -run 'Alloc' ./proxy
+	$(GO) test -count=1 -run 'Alloc' ./proxy ./internal/upstream
 	$(MAKE) test-deploy
 
 test-deploy: ## render and strictly validate every manifest, check the Dockerfile, build as the image does (own module)

@@ -58,7 +58,8 @@ func (a *Authz) SetRoutes(rs config.Routes) error { return a.p.SetRoutes(rs) }
 // ServeHTTP answers one authorization question: 200 with an empty body when
 // the original request is admitted or not fenced (or refused on a dry-run
 // route), else the status and problem the proxy would answer. Every answer
-// names its decision in Fence-Decision.
+// names its decision in Fence-Decision, and carries the question's request
+// id in X-Request-Id (a new one when the question has none).
 func (a *Authz) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.p.metrics.inFlight.Inc()
 	defer a.p.metrics.inFlight.Dec()
@@ -71,24 +72,26 @@ func (a *Authz) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		v = a.p.decide(v, tab, orig, true)
 	}
+	a.p.traceVerdict(r, v, false)
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
+	returnRequestID(w, r.Header)
 	switch {
 	case v.pr == nil:
 		v.rt.metrics.requests[v.dec].Inc()
 		h.Set(HeaderDecision, v.dec.String())
 		w.WriteHeader(http.StatusOK)
 	case a.p.dryRun(v):
-		a.p.countRefusal(v)
+		a.p.countRefusal(v, r)
 		h.Set(HeaderDecision, v.dec.would().String())
 		w.WriteHeader(http.StatusOK)
 	default:
-		a.p.countRefusal(v)
+		a.p.countRefusal(v, r)
 		h.Set(HeaderDecision, v.dec.String())
 		// The problem as one header line: JSON escapes every control
 		// character, so it cannot break the header block.
 		h.Set(HeaderProblem, string(v.pr.marshal()))
-		a.p.writeRefusal(w, v.pr)
+		a.p.writeRefusal(w, r, v.pr)
 	}
 }
 

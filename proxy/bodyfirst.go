@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // maxBodyFirst bounds the bodies read whole before admission: the inline
 // forwarding's limit, so that a body read first is also written in one go.
-const maxBodyFirst = maxInlineBody
+const maxBodyFirst = upstream.MaxInlineBody
 
 // errBodyIncomplete and errBodyTimeout say why a body read before admission
 // failed; the request is refused and the mark is not touched.

@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"bufio"
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 	"io"
 	"net"
 	"net/http"
@@ -47,7 +47,7 @@ func TestStalledBodyStoryEndsWithTheNewerWrite(t *testing.T) {
 	if _, err := io.WriteString(conn, old[size/2:]); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	resp, err := wiretest.Answer(conn, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestIncompleteBodyIsNotAdmitted(t *testing.T) {
 		f := newFixture(t, ordersRoutes, nil)
 		conn := rawPut(t, f.front.Listener.Addr().String(), "/orders/2", "5", 100, "only half")
 		_ = conn.(*net.TCPConn).CloseWrite()
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		resp, err := wiretest.Answer(conn, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func TestIncompleteBodyIsNotAdmitted(t *testing.T) {
 			t.Error("the upstream was called")
 		})
 		conn := rawPut(t, front.Listener.Addr().String(), "/x", "5", 100, "part")
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		resp, err := wiretest.Answer(conn, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

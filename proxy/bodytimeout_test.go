@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
 // bodyTimeoutProxy is a real proxy server with BodyTimeout d in front of h.
@@ -64,7 +64,7 @@ func TestStalledBodyIsCutOff(t *testing.T) {
 					t.Fatal("the upstream read a complete body")
 				}
 			case <-time.After(100 * time.Millisecond):
-				if size > maxInlineBody {
+				if size > maxBodyFirst {
 					t.Fatal("the streamed request never reached the upstream")
 				}
 			}
@@ -86,7 +86,7 @@ func TestBodyTimeoutDoesNotCutASlowResponse(t *testing.T) {
 	}
 	defer conn.Close()
 	_, _ = io.WriteString(conn, "PUT /x HTTP/1.1\r\nHost: a\r\nFencing-Token: 1\r\nContent-Length: 4\r\n\r\nbody")
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	resp, err := wiretest.Answer(conn, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

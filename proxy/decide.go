@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -31,6 +32,9 @@ type verdict struct {
 	start time.Time
 	a     fencestore.Admission
 	d     fencestore.Decision
+	// span is the admission's span (trace.go); nil when tracing is off,
+	// the request is not sampled, or nothing was asked of the store.
+	span trace.Span
 }
 
 // refused sets v's refusal k with its detail and returns v.
@@ -168,6 +172,7 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 		a.Floor, a.HasFloor = p.marks.get(resource)
 	}
 	start := time.Now()
+	v.span = p.startAdmit(r, rt, resource, token, seq, hasSeq)
 	d, err := p.store.Admit(p.deadlines.context(start), a)
 	elapsed := time.Since(start)
 	m := rt.metrics
@@ -176,8 +181,8 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 		if d.Regressed {
 			m.regressions.Inc()
 			p.log.Warn("the store's mark was below the one this replica saw: raised back to it (lost in a crash, a flush or a failover)",
-				zap.String("route", rt.name), zap.String("resource", resource),
-				zap.String("remembered", string(a.Floor.AppendValue(nil))), zap.String("token", formatUint(token)))
+				requestFields(r, zap.String("route", rt.name), zap.String("resource", resource),
+					zap.String("remembered", string(a.Floor.AppendValue(nil))), zap.String("token", formatUint(token)))...)
 		}
 	}
 
@@ -214,7 +219,7 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 		if hasSeq {
 			fields = append(fields, zap.String("sequence", formatUint(seq)), zap.String("highWaterSequence", formatUint(d.Sequence)))
 		}
-		ce.Write(fields...)
+		ce.Write(requestFields(r, fields...)...)
 	}
 	v.dec, v.start, v.a, v.d = decAdmitted, start, a, d
 	return v

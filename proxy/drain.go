@@ -46,39 +46,44 @@ func pastDeadline(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// forwardAdmitted forwards an admitted request. admittedAt is when its
+// forwardAdmitted forwards a request admitted by v. v.start is when its
 // admission began: the upstream deadline counts from there, which is never
-// later than the store's own clock started it.
-func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, rt *route, canon string, trailing bool,
-	admittedAt time.Time, a fencestore.Admission, d fencestore.Decision) {
-	ctx, cancel := context.WithDeadline(r.Context(), admittedAt.Add(p.upstreamTimeout))
+// later than the store's own clock started it. The admission's span ends
+// once the request has passed the barrier (or been refused there).
+func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, v *verdict) {
+	ctx, cancel := context.WithDeadline(r.Context(), v.start.Add(p.upstreamTimeout))
 	defer cancel()
-	if f := d.Flight; f.Registered() {
+	if f := v.d.Flight; f.Registered() {
 		// Released when the forward is over, whichever way: the response
 		// relayed, the exchange failed, or the handler aborted mid-body.
 		defer p.store.Release(f)
-		if !p.passBarrier(ctx, w, r, rt, a, f) {
+		pass := p.passBarrier(ctx, w, r, v, f)
+		v.endAdmit()
+		if !pass {
 			return
 		}
 	}
+	v.endAdmit()
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &sendByBody{ReadCloser: r.Body, ctx: ctx}
 	}
-	p.serveForward(w, r.WithContext(ctx), rt, canon, trailing)
+	p.serveForward(w, r.WithContext(ctx), v.rt, v.canon, v.trailing)
 }
 
 // passBarrier waits until no request older than f is in flight, and reports
 // whether the request may go on. When it may not, it has answered: 503
 // drain-timeout after FENCE_DRAIN_TIMEOUT, 504 when the request's own
 // upstream deadline passed, 503 store-unavailable when the store failed.
-func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *route, a fencestore.Admission, f fencestore.Flight) bool {
+func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.Request, v *verdict, f fencestore.Flight) bool {
+	rt, a := v.rt, &v.a
 	m := rt.metrics
 	if !f.Older {
+		o := drainNone
 		if f.Expired > 0 {
-			m.drain[drainExpired].Inc()
-		} else {
-			m.drain[drainNone].Inc()
+			o = drainExpired
 		}
+		m.drain[o].Inc()
+		traceDrain(v.span, o, 0, false)
 		return true
 	}
 	wctx := ctx
@@ -95,9 +100,11 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 	switch {
 	case err == nil && expired:
 		m.drain[drainExpired].Inc()
+		traceDrain(v.span, drainExpired, waited, true)
 		return true
 	case err == nil:
 		m.drain[drainWaited].Inc()
+		traceDrain(v.span, drainWaited, waited, true)
 		return true
 	case r.Context().Err() != nil:
 		// The client left while waiting: nobody reads an answer.
@@ -107,10 +114,12 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 		// The request's own upstream deadline passed first: a 504, as
 		// for any request that did not finish in time.
 		m.drain[drainTimeout].Inc()
+		traceDrain(v.span, drainTimeout, waited, true)
 		pr = problemFor(refDrainDeadline, "the request waited for older requests of this resource until its upstream deadline "+
 			"(FENCE_UPSTREAM_TIMEOUT) passed; nothing was forwarded")
 	case wctx.Err() != nil:
 		m.drain[drainTimeout].Inc()
+		traceDrain(v.span, drainTimeout, waited, true)
 		pr = problemFor(refDrainTimeout, "older requests for this resource were still in flight after "+p.drainTimeout.String()+
 			" (FENCE_DRAIN_TIMEOUT); nothing was forwarded, and the mark has advanced to this token")
 	default:
@@ -126,12 +135,12 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 		// A dry run forwards what the barrier would have held back (while
 		// the request's own deadline has not passed: past it, nothing may
 		// be sent at all).
-		p.logRefusal(log, "would refuse (dry run: forwarded)", rt, dec, pr, fields...)
+		p.logRefusal(log, "would refuse (dry run: forwarded)", r, rt, dec, pr, fields...)
 		return true
 	}
-	p.logRefusal(log, "refused", rt, dec, pr, fields...)
+	p.logRefusal(log, "refused", r, rt, dec, pr, fields...)
 	p.metrics.record(rt, dec, pr)
-	writeProblem(w, pr)
+	p.writeRefusal(w, r, pr)
 	return false
 }
 

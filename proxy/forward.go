@@ -8,40 +8,29 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
-// NewTransport returns the RoundTripper that forwards to the upstream: the
-// handler-goroutine path of upstreamTransport for the common request, and an
-// http.Transport for the rest. A sidecar talks to one upstream over loopback,
-// so both keep many idle connections to it (the default of 2 per host would
-// churn a connection per request under load), never compress on their own,
-// and dial with a short timeout.
+// NewTransport returns the RoundTripper that forwards to the upstream:
+// internal/upstream's, the handler-goroutine path for the common request and
+// an http.Transport for the rest, which sends nothing once a request's
+// upstream deadline has passed (errPastDeadline).
 func NewTransport() http.RoundTripper {
-	dial := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	const maxIdle, idleTimeout = 1024, 90 * time.Second
-	return &upstreamTransport{
-		fallback: &http.Transport{
-			Proxy:                 nil, // never route the protected hop through HTTP_PROXY
-			DialContext:           dial,
-			MaxIdleConns:          maxIdle,
-			MaxIdleConnsPerHost:   maxIdle,
-			IdleConnTimeout:       idleTimeout,
-			ExpectContinueTimeout: time.Second,
-			DisableCompression:    true,
-		},
-		dial:        dial,
-		maxIdle:     maxIdle,
-		idleTimeout: idleTimeout,
-	}
+	return upstream.New(upstream.Options{PastDeadline: errPastDeadline})
 }
 
 // newForwarder builds the reverse proxy for one route. It uses Rewrite, not
 // Director: Rewrite runs after hop-by-hop headers are stripped, so nothing the
 // client lists in Connection can remove what Rewrite sets (golang/go#50580).
 // The handler has already refused a Connection header naming the token.
+//
+// Every forwarded request carries a request id (requestid.go): the one the
+// handler gave it or the client sent, else a new one set here. The answer
+// returns it: ModifyResponse puts it in place of any X-Request-Id of the
+// upstream's response, the error handler on its problem.
 func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *routeMetrics, route string) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -50,6 +39,7 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 			// app may build absolute URLs or route virtual hosts from it).
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
+			requestID(pr.Out.Header)
 		},
 		Transport:  tr,
 		BufferPool: copyBuffers,
@@ -59,6 +49,14 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 				c = 0
 			}
 			m.upstreamClass[c].Inc()
+			if resp.Request != nil {
+				if id := resp.Request.Header[HeaderRequestID]; len(id) == 1 {
+					if resp.Header == nil { // a RoundTripper's own response may have none
+						resp.Header = make(http.Header, 1)
+					}
+					resp.Header[HeaderRequestID] = id
+				}
+			}
 			return nil
 		},
 		// FlushInterval 0: responses are streamed and flushed as the upstream
@@ -72,7 +70,8 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 			}
 			p := upstreamProblem(err, route)
 			m.upstreamErrors.Inc()
-			log.Warn("upstream failed", zap.Int("status", p.Status), zap.Error(err))
+			log.Warn("upstream failed", requestFields(r, zap.Int("status", p.Status), zap.Error(err))...)
+			returnRequestID(w, r.Header)
 			writeProblem(w, p)
 		},
 	}
@@ -82,15 +81,16 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 // out, 502 otherwise. The detail tells a client whether the upstream can
 // have seen the request, which decides whether sending it again could apply
 // it twice. Only the transport knows whether a byte left, so "not sent" is
-// said only of the failures it marks (notSentError); any other error, from
-// any RoundTripper, may have come after part of the request was written.
+// said only of the failures it marks (upstream.NotSentError); any other
+// error, from any RoundTripper, may have come after part of the request was
+// written.
 func upstreamProblem(err error, route string) *problem {
 	status := http.StatusBadGateway
 	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 		status = http.StatusGatewayTimeout
 	}
 	detail := "the upstream did not answer: the request was admitted and may or may not have reached it"
-	var ns *notSentError
+	var ns *upstream.NotSentError
 	notSent := errors.As(err, &ns)
 	switch {
 	case errors.Is(err, errPastDeadline) && notSent:

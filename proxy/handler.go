@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -61,6 +62,13 @@ type Options struct {
 	// past it the request gets 503 drain-timeout. Zero: wait until the older
 	// requests end or reach their deadlines.
 	DrainTimeout time.Duration
+	// TracerProvider gives the tracer of the admission's span (fence.admit,
+	// a child of the span in the request's context), and turns on the
+	// fence.route and fence.decision attributes of the request's own span.
+	// If nil, tracing is off: no span and no per-request cost. The server
+	// span and the upstream exchange's span are the wiring's (otelhttp
+	// around the handler and the Transport).
+	TracerProvider trace.TracerProvider
 }
 
 // Proxy is the fencing reverse proxy, an http.Handler.
@@ -84,7 +92,9 @@ type Proxy struct {
 	deadlines       *sharedDeadline
 	// marks is the mark cache (markcache.go); nil when off.
 	marks *markCache
-	log   *zap.Logger
+	// tracer starts fence.admit; nil when tracing is off (trace.go).
+	tracer trace.Tracer
+	log    *zap.Logger
 	// outageLog logs the refusals of a store that does not answer through
 	// zap's sampler: during an outage every fenced request is refused, and
 	// one line each would flood the log (and its disk) with the same news.
@@ -161,6 +171,9 @@ func newProxy(o Options) (*Proxy, error) {
 			return zapcore.NewSamplerWithOptions(c, time.Second, outageLogFirst, outageLogThereafter)
 		})),
 	}
+	if o.TracerProvider != nil {
+		p.tracer = o.TracerProvider.Tracer(tracerName)
+	}
 	if err := p.SetRoutes(o.Routes); err != nil {
 		return nil, err
 	}
@@ -200,19 +213,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.boundBody(w, r)
 	var vv verdict
 	v := p.decide(&vv, p.table.Load(), r, false)
+	admitted := v.pr == nil && v.dec == decAdmitted
+	p.traceVerdict(r, v, admitted) // an admitted request's span ends after the barrier
 	switch {
-	case v.pr == nil && v.dec == decAdmitted:
+	case admitted:
 		v.rt.metrics.requests[decAdmitted].Inc()
-		p.forwardAdmitted(w, r, v.rt, v.canon, v.trailing, v.start, v.a, v.d)
+		p.forwardAdmitted(w, r, v)
 	case v.pr == nil:
 		v.rt.metrics.requests[v.dec].Inc()
 		p.serveForward(w, r, v.rt, v.canon, v.trailing)
 	case p.dryRun(v):
-		p.countRefusal(v)
+		p.countRefusal(v, r)
 		p.serveForward(w, r, v.rt, v.canon, v.trailing)
 	default:
-		p.countRefusal(v)
-		p.writeRefusal(w, v.pr)
+		p.countRefusal(v, r)
+		p.writeRefusal(w, r, v.pr)
 	}
 }
 
@@ -222,10 +237,10 @@ func (p *Proxy) dryRun(v *verdict) bool {
 	return v.rt.dryRun && !answers[v.pr.ref].always
 }
 
-// countRefusal counts and logs v's refusal (info: refusals are what an
+// countRefusal counts and logs v's refusal of r (info: refusals are what an
 // operator looks for; a store outage's through the sampled log), as its
 // would_ twin on a dry-run route.
-func (p *Proxy) countRefusal(v *verdict) {
+func (p *Proxy) countRefusal(v *verdict, r *http.Request) {
 	d := v.dec
 	msg := "refused"
 	if p.dryRun(v) {
@@ -237,20 +252,22 @@ func (p *Proxy) countRefusal(v *verdict) {
 	if v.dec == decUnavailable {
 		log = p.outageLog
 	}
-	p.logRefusal(log, msg, v.rt, d, v.pr, v.extra...)
+	p.logRefusal(log, msg, r, v.rt, d, v.pr, v.extra...)
 }
 
-// writeRefusal answers a refusal. A token that does not verify is a failed
-// authentication (RFC 9110 says a 401 names its scheme).
-func (p *Proxy) writeRefusal(w http.ResponseWriter, pr *problem) {
+// writeRefusal answers a refusal of r, with its request id. A token that
+// does not verify is a failed authentication (RFC 9110 says a 401 names its
+// scheme).
+func (p *Proxy) writeRefusal(w http.ResponseWriter, r *http.Request, pr *problem) {
+	returnRequestID(w, r.Header)
 	if pr.ref == refTokenInvalid {
 		w.Header().Set("WWW-Authenticate", `Fencing-Token header="`+p.tokenHeader+`"`)
 	}
 	writeProblem(w, pr)
 }
 
-// logRefusal writes one refusal's log line to log.
-func (p *Proxy) logRefusal(log *zap.Logger, msg string, rt *route, d decision, pr *problem, extra ...zap.Field) {
+// logRefusal writes one refusal's log line (of r) to log.
+func (p *Proxy) logRefusal(log *zap.Logger, msg string, r *http.Request, rt *route, d decision, pr *problem, extra ...zap.Field) {
 	if ce := log.Check(zapcore.InfoLevel, msg); ce != nil {
 		fields := append([]zap.Field{
 			zap.String("route", rt.name), zap.String("decision", d.String()), zap.Int("status", pr.Status),
@@ -264,7 +281,7 @@ func (p *Proxy) logRefusal(log *zap.Logger, msg string, rt *route, d decision, p
 		if pr.HighWaterSequence != "" {
 			fields = append(fields, zap.String("highWaterSequence", pr.HighWaterSequence))
 		}
-		ce.Write(fields...)
+		ce.Write(requestFields(r, fields...)...)
 	}
 }
 

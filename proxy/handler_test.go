@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
 // The story of the README: A holds token 41 and pauses, B is granted 42 and
@@ -350,7 +350,7 @@ func TestRequestFraming(t *testing.T) {
 		if _, err := io.WriteString(c, raw); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		resp, err := wiretest.Answer(c, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,8 +22,9 @@ type received struct {
 	Body                               string
 }
 
-// upstream is a real HTTP server that records every request it receives.
-type upstream struct {
+// recordingUpstream is a real HTTP server that records every request it
+// receives.
+type recordingUpstream struct {
 	*httptest.Server
 	mu     sync.Mutex
 	reqs   []received
@@ -31,15 +32,15 @@ type upstream struct {
 }
 
 // handle makes the upstream answer with h from now on.
-func (u *upstream) handle(h http.HandlerFunc) {
+func (u *recordingUpstream) handle(h http.HandlerFunc) {
 	u.mu.Lock()
 	u.custom = h
 	u.mu.Unlock()
 }
 
-func newUpstream(t *testing.T) *upstream {
+func newUpstream(t *testing.T) *recordingUpstream {
 	t.Helper()
-	u := &upstream{}
+	u := &recordingUpstream{}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		custom := u.custom
@@ -62,7 +63,7 @@ func newUpstream(t *testing.T) *upstream {
 	return u
 }
 
-func (u *upstream) received() []received {
+func (u *recordingUpstream) received() []received {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]received(nil), u.reqs...)
@@ -71,7 +72,7 @@ func (u *upstream) received() []received {
 // fixture is a proxy in front of a recording upstream, both real servers.
 type fixture struct {
 	t        *testing.T
-	up       *upstream
+	up       *recordingUpstream
 	front    *httptest.Server
 	store    fencestore.Store
 	metrics  *Metrics

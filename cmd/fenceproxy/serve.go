@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -33,6 +34,9 @@ type serveHooks struct {
 	// identityEvery is how often a store found lost is asked whether an
 	// operator forced a new identity record; zero means a second.
 	identityEvery time.Duration
+	// spanExporter, if set, turns tracing on with it, whatever OTEL_* say
+	// (tracing.go).
+	spanExporter sdktrace.SpanExporter
 }
 
 // serve runs the data and admin listeners until ctx is cancelled, then drains:
@@ -41,6 +45,11 @@ type serveHooks struct {
 func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serveHooks) error {
 	log := newLogger(cfg.LogLevel, stderr)
 	defer func() { _ = log.Sync() }()
+	tr, err := startTracing(ctx, log.Named("tracing"), hooks.spanExporter) // OTEL_*
+	if err != nil {
+		return err
+	}
+	defer tr.shutdown() // last: flushes the spans of the drain
 
 	if cfg.RoutesFile == "" {
 		log.Warn("no routes file (FENCE_ROUTES_FILE): every fenced write shares the one resource \"default\", " +
@@ -116,6 +125,8 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 		Tokens:          verifier,
 		Logger:          log.Named("proxy"),
 		Metrics:         metrics,
+		Transport:       tr.transport(proxy.NewTransport()),
+		TracerProvider:  tr.provider(),
 	}
 	var handler http.Handler
 	if cfg.Authz.Mode {
@@ -172,7 +183,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	}
 	errLog := zap.NewStdLog(log.Named("http"))
 	dataSrv := &http.Server{
-		Handler: handler,
+		Handler: tr.handler(handler),
 		// Headers must arrive promptly (slowloris); bodies are streamed to the
 		// upstream, so there is no whole-request read timeout.
 		ReadHeaderTimeout: 10 * time.Second,
@@ -197,7 +208,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 			_, _ = dataLn.Close(), adminLn.Close()
 			return fmt.Errorf("FENCE_AUTHZ_GRPC_ADDR: %w", err)
 		}
-		grpcSrv = grpc.NewServer()
+		grpcSrv = grpc.NewServer(tr.grpcOptions()...)
 		ext = extauthz.New(handler, log.Named("grpc"))
 		ext.Register(grpcSrv)
 		go func() { _ = grpcSrv.Serve(grpcLn) }() // ends with GracefulStop or Stop below

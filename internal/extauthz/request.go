@@ -38,6 +38,7 @@ const (
 	hdrOriginalURI     = "X-Original-Uri"
 	hdrForwardedMethod = "X-Forwarded-Method"
 	hdrForwardedURI    = "X-Forwarded-Uri"
+	hdrRequestID       = "X-Request-Id"
 )
 
 // newRequest builds the request that the handler is asked about: the
@@ -75,6 +76,11 @@ func newRequest(ctx context.Context, cr *authv3.CheckRequest) (*http.Request, er
 	// from it (that prefix belongs to the HTTP form's own URL).
 	h[hdrOriginalMethod] = []string{hr.GetMethod()}
 	h[hdrOriginalURI] = []string{target}
+	// Envoy's request id names the request in the handler's log lines and
+	// answer, when the request's headers do not carry it themselves.
+	if _, ok := h[hdrRequestID]; !ok && hr.GetId() != "" {
+		h[hdrRequestID] = []string{hr.GetId()}
+	}
 
 	switch s := strings.ToLower(hr.GetScheme()); s {
 	case "http", "https":

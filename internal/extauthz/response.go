@@ -135,7 +135,7 @@ func overwrite(name, value string) *corev3.HeaderValueOption {
 const (
 	typeBadRequest = "urn:fenceproxy:bad-request"
 	// about:blank: a 500 means no more than its status (RFC 9457 4.2.1);
-	// the contract has no problem type for an internal failure.
+	// fenceproxy has no problem type of its own for an internal failure.
 	typeInternal = "about:blank"
 
 	decisionBadRequest = "bad_request"

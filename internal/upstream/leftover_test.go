@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"io"
@@ -11,11 +11,11 @@ import (
 
 // exchange sends one request to the upstream and returns the status and
 // body the client got.
-type exchange func(t *testing.T, method, path string, token int) (int, string)
+type exchange func(t *testing.T, method, path string) (int, string)
 
 // viaTransport sends requests through tr straight to url.
-func viaTransport(tr *upstreamTransport, url string) exchange {
-	return func(t *testing.T, method, path string, _ int) (int, string) {
+func viaTransport(tr *Transport, url string) exchange {
+	return func(t *testing.T, method, path string) (int, string) {
 		t.Helper()
 		var body io.Reader
 		if method != http.MethodHead {
@@ -38,30 +38,29 @@ func viaTransport(tr *upstreamTransport, url string) exchange {
 	}
 }
 
-// viaProxy sends requests through a proxy in front of url and returns the
-// proxy's transport.
-func viaProxy(t *testing.T, url string) (exchange, *upstreamTransport) {
+// viaReverseProxy sends requests through an httputil.ReverseProxy over a
+// new Transport in front of url, and returns the transport.
+func viaReverseProxy(t *testing.T, url string) (exchange, *Transport) {
 	front, tr := frontOf(t, url)
-	return func(t *testing.T, method, path string, token int) (int, string) {
+	return func(t *testing.T, method, path string) (int, string) {
 		t.Helper()
 		var body io.Reader
 		if method != http.MethodHead {
 			body = strings.NewReader("payload")
 		}
 		req, _ := http.NewRequest(method, front.URL+path, body)
-		req.Header.Set("Fencing-Token", itoa(token))
 		resp, b := send(t, front.Client(), req)
 		return resp.StatusCode, b
 	}, tr
 }
 
-// An upstream connection goes back to the pool only if the upstream sent
-// exactly the response it framed. Bytes past its end, already read into the
+// A connection goes back to the pool only if the upstream sent exactly the
+// response it framed. Bytes past its end, already read into the
 // connection's buffer or arriving while it is idle, would otherwise be read
 // as the next request's response: request 2 would get an answer forged by
-// request 1's body, or a 502 after the upstream had run it. Here request 2
-// must get the upstream's own answer, sent on a new connection.
-func TestUpstreamUnsolicitedBytes(t *testing.T) {
+// request 1's body, or an error after the upstream had run it. Here request
+// 2 must get the upstream's own answer, sent on a new connection.
+func TestUnsolicitedBytes(t *testing.T) {
 	forged := rawOK("forged")
 	tests := []struct {
 		name   string
@@ -88,7 +87,7 @@ func TestUpstreamUnsolicitedBytes(t *testing.T) {
 		{"bytes sent to the idle connection", "PUT", rawOK("one"), forged, 200, "one", false},
 	}
 	for _, tc := range tests {
-		for _, via := range []string{"transport", "proxy"} {
+		for _, via := range []string{"transport", "reverseproxy"} {
 			t.Run(tc.name+"/"+via, func(t *testing.T) {
 				if tc.late != "" && !canPeek {
 					t.Skip("no MSG_PEEK here: every request takes http.Transport")
@@ -100,16 +99,16 @@ func TestUpstreamUnsolicitedBytes(t *testing.T) {
 					return realAnswer(req)
 				})
 				var do exchange
-				var tr *upstreamTransport
+				var tr *Transport
 				if via == "transport" {
-					tr = NewTransport().(*upstreamTransport)
+					tr = New(Options{})
 					t.Cleanup(tr.CloseIdleConnections)
 					do = viaTransport(tr, up.URL())
 				} else {
-					do, tr = viaProxy(t, up.URL())
+					do, tr = viaReverseProxy(t, up.URL())
 				}
 
-				if code, body := do(t, tc.method, "/one", 1); code != tc.code1 || body != tc.body1 {
+				if code, body := do(t, tc.method, "/one"); code != tc.code1 || body != tc.body1 {
 					t.Fatalf("request 1: %d %q, want %d %q", code, body, tc.code1, tc.body1)
 				}
 				if tc.late != "" {
@@ -118,7 +117,7 @@ func TestUpstreamUnsolicitedBytes(t *testing.T) {
 					}
 					waitIdleHolds(t, tr)
 				}
-				if code, body := do(t, "PUT", "/two", 2); code != 200 || body != "answer to PUT /two" {
+				if code, body := do(t, "PUT", "/two"); code != 200 || body != "answer to PUT /two" {
 					t.Fatalf("request 2: %d %q, want the upstream's answer to it, 200 %q", code, body, "answer to PUT /two")
 				}
 
@@ -135,9 +134,10 @@ func TestUpstreamUnsolicitedBytes(t *testing.T) {
 	}
 }
 
-// waitIdleHolds waits until an idle connection of tr has unread bytes in
-// its socket, so that the next request finds them there.
-func waitIdleHolds(t *testing.T, tr *upstreamTransport) {
+// waitIdleHolds waits until an idle connection of tr is no longer fit for
+// reuse (it has unread bytes in its socket, or its peer closed it), so that
+// the next request finds it so.
+func waitIdleHolds(t *testing.T, tr *Transport) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		tr.mu.Lock()

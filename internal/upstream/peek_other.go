@@ -1,6 +1,6 @@
 //go:build !(linux || darwin || freebsd || netbsd || openbsd)
 
-package proxy
+package upstream
 
 // canPeek is false where MSG_PEEK is not available: an idle connection
 // cannot be looked at, so bytes the upstream sent to it while idle would be
