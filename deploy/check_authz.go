@@ -10,7 +10,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/config"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -293,14 +292,7 @@ func checkAuthzExposure(p problems, idx *index, w workload, c *corev1.Container,
 		p.add("no Service selects the pods: the front proxy has nothing stable to call.")
 	}
 
-	for _, np := range idx.policies {
-		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
-		if np.Namespace != w.ns || err != nil || !sel.Matches(podLabels) {
-			continue
-		}
-		if len(np.Spec.PolicyTypes) > 0 && !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
-			continue
-		}
+	for _, np := range ingressPolicies(idx, w.ns, podLabels) {
 		a.NetworkPolicies = append(a.NetworkPolicies, np.Name)
 		for i, rule := range np.Spec.Ingress {
 			if len(rule.Ports) == 0 {
@@ -310,11 +302,9 @@ func checkAuthzExposure(p problems, idx *index, w workload, c *corev1.Container,
 				p.warn("NetworkPolicy %s ingress[%d] admits every source (it lists no from): name the front proxy's pods (whoever reaches fenceproxy authz has its decisions made, and reads marks in its refusals).", np.Name, i)
 			}
 			for _, port := range rule.Ports {
-				switch {
-				case port.Port == nil:
-					p.warn("NetworkPolicy %s ingress[%d] admits every port of its protocol (a ports entry without port).", np.Name, i)
-				case port.EndPort != nil:
-					p.warn("NetworkPolicy %s ingress[%d] admits a port range (%s to endPort %d).", np.Name, i, port.Port.String(), *port.EndPort)
+				switch wide := widePort(port); {
+				case wide != "":
+					p.warn("NetworkPolicy %s ingress[%d] admits %s.", np.Name, i, wide)
 				case declaredPort(c, *port.Port) == 0:
 					p.warn("NetworkPolicy %s ingress[%d] admits port %s, not a port of container %s.", np.Name, i, port.Port.String(), c.Name)
 				}

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -63,25 +64,16 @@ func checkExposure(p problems, idx *index, w workload, sidecar *corev1.Container
 		}
 	}
 
-	for _, np := range idx.policies {
-		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
-		if np.Namespace != w.ns || err != nil || !sel.Matches(podLabels) {
-			continue
-		}
-		if len(np.Spec.PolicyTypes) > 0 && !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
-			continue
-		}
+	for _, np := range ingressPolicies(idx, w.ns, podLabels) {
 		policies = append(policies, np.Name)
 		for i, rule := range np.Spec.Ingress {
 			if len(rule.Ports) == 0 {
 				p.add("NetworkPolicy %s ingress[%d] admits every port (it lists no ports), the app's too: list the sidecar's ports.", np.Name, i)
 			}
 			for _, port := range rule.Ports {
-				switch {
-				case port.Port == nil:
-					p.add("NetworkPolicy %s ingress[%d] admits every port of its protocol (a ports entry without port).", np.Name, i)
-				case port.EndPort != nil:
-					p.add("NetworkPolicy %s ingress[%d] admits a port range (%s to endPort %d).", np.Name, i, port.Port.String(), *port.EndPort)
+				switch wide := widePort(port); {
+				case wide != "":
+					p.add("NetworkPolicy %s ingress[%d] admits %s.", np.Name, i, wide)
 				case !sidecarPort(*port.Port):
 					p.add("NetworkPolicy %s ingress[%d] admits port %s, not a port of the sidecar.", np.Name, i, port.Port.String())
 				case resolvePort(sidecar, *port.Port) != resolvePort(sidecar, intstr.FromString(DataPortName)) && len(rule.From) == 0:
@@ -126,4 +118,33 @@ func listenAddrs(c *corev1.Container, port int32) []string {
 		}
 	}
 	return addrs
+}
+
+// ingressPolicies are the NetworkPolicies of namespace ns that select pods
+// labelled podLabels and restrict their ingress.
+func ingressPolicies(idx *index, ns string, podLabels labels.Set) []*networkingv1.NetworkPolicy {
+	var out []*networkingv1.NetworkPolicy
+	for _, np := range idx.policies {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if np.Namespace != ns || err != nil || !sel.Matches(podLabels) {
+			continue
+		}
+		if len(np.Spec.PolicyTypes) > 0 && !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			continue
+		}
+		out = append(out, np)
+	}
+	return out
+}
+
+// widePort says what a NetworkPolicy ports entry admits beyond one port
+// ("every port of its protocol", "a port range"), or "" when it names one.
+func widePort(port networkingv1.NetworkPolicyPort) string {
+	switch {
+	case port.Port == nil:
+		return "every port of its protocol (a ports entry without port)"
+	case port.EndPort != nil:
+		return fmt.Sprintf("a port range (%s to endPort %d)", port.Port.String(), *port.EndPort)
+	}
+	return ""
 }

@@ -80,7 +80,7 @@ func TestFindingMessages(t *testing.T) {
 		}
 	})
 	t.Run("token keys", func(t *testing.T) {
-		docs := buildJSON(t, signedDir)
+		docs := renderJSON(t, signedDir)
 		for _, tc := range tokenKeyCases(t) {
 			if len(tc.want) == 0 {
 				continue // a good variant: no finding to read

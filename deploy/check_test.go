@@ -18,11 +18,11 @@ import (
 
 var sampleDir = filepath.Join("examples", "sample-app")
 
-// sampleJSON renders the sample app once; sampleObjects decodes a fresh copy
-// of it for each test to change.
-func sampleJSON(t *testing.T) [][]byte {
+// renderJSON renders the kustomization in dir, each object as JSON: once
+// per test, for the tests to decode a fresh copy to change.
+func renderJSON(t *testing.T, dir string) [][]byte {
 	t.Helper()
-	m, err := Build(sampleDir)
+	m, err := Build(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +36,10 @@ func sampleJSON(t *testing.T) [][]byte {
 	}
 	return docs
 }
+
+// sampleJSON renders the sample app once; sampleObjects decodes a fresh copy
+// of it for each test to change.
+func sampleJSON(t *testing.T) [][]byte { return renderJSON(t, sampleDir) }
 
 func sampleObjects(t *testing.T, docs [][]byte) []Object {
 	t.Helper()

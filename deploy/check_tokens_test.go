@@ -15,25 +15,6 @@ import (
 
 var signedDir = filepath.Join("examples", "signed-tokens")
 
-// buildJSON renders the kustomization in dir once, as sampleJSON does for
-// the sample app, for loadSample to decode a fresh copy per test.
-func buildJSON(t *testing.T, dir string) [][]byte {
-	t.Helper()
-	m, err := Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var docs [][]byte
-	for _, r := range m.Resources() {
-		data, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, data)
-	}
-	return docs
-}
-
 // signedSample is the signed-tokens overlay: the sample app plus the keys
 // ConfigMap, its volume and its mount in the sidecar.
 type signedSample struct {
@@ -146,7 +127,7 @@ func tokenProblems(rep Report) (errs, warns []string) {
 // sidecar its keys as in-place rotation needs them: a ConfigMap with a
 // fixed name, its directory mounted read-only, the variable pointing into it.
 func TestSignedTokensOverlay(t *testing.T) {
-	s := loadSigned(t, buildJSON(t, signedDir))
+	s := loadSigned(t, renderJSON(t, signedDir))
 	rep := Check(s.objs)
 	if err := rep.Err(); err != nil {
 		t.Fatalf("checks:\n%v", err)
@@ -255,7 +236,7 @@ func tokenKeyCases(t *testing.T) []tokenKeyCase {
 // workload, the container, the variable and the file. The good variants
 // must pass.
 func TestTokenKeysChecks(t *testing.T) {
-	docs := buildJSON(t, signedDir)
+	docs := renderJSON(t, signedDir)
 	for _, tc := range tokenKeyCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := loadSigned(t, docs)

@@ -416,23 +416,6 @@ func TestEnvoyChecksCanFail(t *testing.T) {
 
 var authzDir = filepath.Join(integrationsDir, "authz")
 
-func renderJSON(t *testing.T, dir string) [][]byte {
-	t.Helper()
-	m, err := Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var docs [][]byte
-	for _, r := range m.Resources() {
-		data, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, data)
-	}
-	return docs
-}
-
 // authzObjects are the authz kustomization's objects, for a test to change.
 type authzObjects struct {
 	objs   []Object
