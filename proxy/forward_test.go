@@ -19,6 +19,8 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/upstream"
+
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
 // The forward as the proxy's: what a client is told when the upstream
@@ -74,7 +76,7 @@ func TestUpstreamFailureAnswer(t *testing.T) {
 		up     func(t *testing.T) string
 		detail string
 	}{
-		{"connection refused", closedPort, detailNotSent},
+		{"connection refused", wiretest.ClosedPort, detailNotSent},
 		{"closed after reading the request", func(t *testing.T) string { return rawServer(t, "") }, detailMaybe},
 		{"answered with something that is not HTTP", func(t *testing.T) string { return rawServer(t, "garbage\r\n\r\n") }, detailMaybe},
 	}
@@ -88,7 +90,7 @@ func TestUpstreamFailureAnswer(t *testing.T) {
 				front := frontOf(t, tc.up(t))
 				req, _ := http.NewRequest("PUT", front.URL+"/r", strings.NewReader(b.body))
 				req.Header.Set("Fencing-Token", "1")
-				resp, body := send(t, front.Client(), req)
+				resp, body := wiretest.Send(t, front.Client(), req)
 				if resp.StatusCode != http.StatusBadGateway {
 					t.Fatalf("status %d (%s), want 502", resp.StatusCode, body)
 				}
@@ -146,7 +148,7 @@ func TestClientGoneDuringAdmission(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "PUT", front.URL+"/r", nil) // no body: the server watches the connection at once
 	req.Header.Set("Fencing-Token", "7")
-	errc := doAsync(front.Client(), req)
+	errc := wiretest.Async(front.Client(), req)
 	serverCtx := <-reqCtx
 	<-store.entered
 	cancel()
@@ -185,37 +187,8 @@ func put(t *testing.T, c *http.Client, front, path, body string, token int) (int
 	t.Helper()
 	req, _ := http.NewRequest("PUT", front+path, strings.NewReader(body))
 	req.Header.Set("Fencing-Token", formatUint(uint64(token)))
-	resp, b := send(t, c, req)
+	resp, b := wiretest.Send(t, c, req)
 	return resp.StatusCode, b
-}
-
-// send does req and returns the response with its body read whole.
-func send(t *testing.T, c *http.Client, req *http.Request) (*http.Response, string) {
-	t.Helper()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
-}
-
-// doAsync sends req from another goroutine; its error (nil on success,
-// the body closed unread) arrives on the channel.
-func doAsync(c *http.Client, req *http.Request) <-chan error {
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := c.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		errc <- err
-	}()
-	return errc
 }
 
 // rawServer is an upstream that reads each request and answers it with raw,
@@ -269,17 +242,4 @@ func rawServer(t *testing.T, raw string) string {
 		wg.Wait()
 	})
 	return "http://" + ln.Addr().String()
-}
-
-// closedPort returns the URL of a port that was just listened on and
-// closed: dials to it are refused.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return "http://" + addr
 }

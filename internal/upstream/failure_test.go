@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"testing"
+
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
 // The transport marks a failure as unsent exactly when no byte of the
@@ -19,7 +21,7 @@ func TestNotSentMarked(t *testing.T) {
 		first   bool                      // a first request succeeds and leaves its connection idle
 		notSent bool
 	}{
-		{"connection refused", closedPort, false, true},
+		{"connection refused", wiretest.ClosedPort, false, true},
 		{"closed without answering", func(t *testing.T) string {
 			return newRawUpstream(t, func(*rawUpstream, int, *http.Request) string { return "" }).URL()
 		}, false, false},

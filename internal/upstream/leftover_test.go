@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
 // exchange sends one request to the upstream and returns the status and
@@ -49,7 +51,7 @@ func viaReverseProxy(t *testing.T, url string) (exchange, *Transport) {
 			body = strings.NewReader("payload")
 		}
 		req, _ := http.NewRequest(method, front.URL+path, body)
-		resp, b := send(t, front.Client(), req)
+		resp, b := wiretest.Send(t, front.Client(), req)
 		return resp.StatusCode, b
 	}, tr
 }

@@ -134,16 +134,3 @@ func rawOK(body string) string {
 func realAnswer(req *http.Request) string {
 	return rawOK("answer to " + req.Method + " " + req.URL.Path)
 }
-
-// closedPort returns the URL of a port that was just listened on and
-// closed: dials to it are refused.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return "http://" + addr
-}

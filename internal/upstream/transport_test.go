@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
 func TestInlineChoosesPath(t *testing.T) {
@@ -175,37 +177,8 @@ func frontOf(t *testing.T, up string) (*httptest.Server, *Transport) {
 func put(t *testing.T, c *http.Client, front, path, body string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("PUT", front+path, strings.NewReader(body))
-	resp, b := send(t, c, req)
+	resp, b := wiretest.Send(t, c, req)
 	return resp.StatusCode, b
-}
-
-// send does req and returns the response with its body read whole.
-func send(t *testing.T, c *http.Client, req *http.Request) (*http.Response, string) {
-	t.Helper()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
-}
-
-// doAsync sends req from another goroutine; its error (nil on success,
-// the body closed unread) arrives on the channel.
-func doAsync(c *http.Client, req *http.Request) <-chan error {
-	errc := make(chan error, 1)
-	go func() {
-		resp, err := c.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		errc <- err
-	}()
-	return errc
 }
 
 func echoBody(w http.ResponseWriter, r *http.Request) {
@@ -292,7 +265,7 @@ func TestResponseFraming(t *testing.T) {
 			front, _ := frontOf(t, up.URL)
 			for i := 1; i <= 3; i++ {
 				req, _ := http.NewRequest(tc.method, front.URL+"/r", strings.NewReader("payload"))
-				resp, b := send(t, front.Client(), req)
+				resp, b := wiretest.Send(t, front.Client(), req)
 				if resp.StatusCode != tc.wantCode || b != tc.wantBody {
 					t.Fatalf("request %d: %d %q, want %d %q", i, resp.StatusCode, b, tc.wantCode, tc.wantBody)
 				}
@@ -319,7 +292,7 @@ func TestEarlyHints(t *testing.T) {
 		return nil
 	}}
 	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "PUT", front.URL+"/r", strings.NewReader("x"))
-	resp, b := send(t, front.Client(), req)
+	resp, b := wiretest.Send(t, front.Client(), req)
 	if resp.StatusCode != 200 || b != "final" {
 		t.Fatalf("%d %q", resp.StatusCode, b)
 	}
@@ -348,7 +321,7 @@ func TestClientCancel(t *testing.T) {
 	front, _ := frontOf(t, up.URL)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "PUT", front.URL+"/r", strings.NewReader("x"))
-	errc := doAsync(front.Client(), req)
+	errc := wiretest.Async(front.Client(), req)
 	<-started
 	cancel()
 	if err := <-errc; err == nil {
@@ -458,7 +431,7 @@ func TestFallback(t *testing.T) {
 
 	req, _ := http.NewRequest("PUT", front.URL+"/unknown", io.MultiReader(strings.NewReader("no "), strings.NewReader("length")))
 	req.Header.Set("Expect", "100-continue")
-	resp, b := send(t, front.Client(), req)
+	resp, b := wiretest.Send(t, front.Client(), req)
 	if resp.StatusCode != 200 || b != "PUT no length" {
 		t.Fatalf("chunked with 100-continue: %d %q", resp.StatusCode, b)
 	}
@@ -492,7 +465,7 @@ func TestResponseTrailers(t *testing.T) {
 	front, _ := frontOf(t, up.URL)
 	for i := 1; i <= 2; i++ {
 		req, _ := http.NewRequest("PUT", front.URL+"/r", strings.NewReader("x"))
-		resp, b := send(t, front.Client(), req)
+		resp, b := wiretest.Send(t, front.Client(), req)
 		if resp.StatusCode != 200 || b != "body" || resp.Trailer.Get("X-Checksum") != "abc" {
 			t.Fatalf("request %d: %d %q trailer %v", i, resp.StatusCode, b, resp.Trailer)
 		}

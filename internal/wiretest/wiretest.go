@@ -1,15 +1,18 @@
-// Package wiretest is the raw client of the proxy's wire-level tests: a
-// test that writes a request byte by byte (half a body, a stall, framing
-// no http.Client would send) reads the answer with Answer. It lives apart
-// from package proxy so that nothing under proxy/ parses HTTP responses:
-// reading responses off a connection is internal/upstream's job, and the
-// proxy only fences.
+// Package wiretest holds the client side of the wire-level tests of the
+// proxy and of its upstream transport: a test that writes a request byte by
+// byte (half a body, a stall, framing no http.Client would send) reads the
+// answer with Answer; Send, Async and ClosedPort are the helpers both
+// packages' tests share. Answer lives apart from package proxy so that
+// nothing under proxy/ parses HTTP responses: reading responses off a
+// connection is internal/upstream's job, and the proxy only fences.
 package wiretest
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
+	"testing"
 	"time"
 )
 
@@ -22,4 +25,47 @@ func Answer(conn net.Conn, timeout time.Duration) (*http.Response, error) {
 		}
 	}
 	return http.ReadResponse(bufio.NewReader(conn), nil)
+}
+
+// Send does req with c and returns the response with its body read whole;
+// a failure fails the test.
+func Send(t testing.TB, c *http.Client, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// Async sends req with c from another goroutine; its error (nil on
+// success, the body closed unread) arrives on the channel.
+func Async(c *http.Client, req *http.Request) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	return errc
+}
+
+// ClosedPort returns the URL of a loopback port that was just listened on
+// and closed: dials to it are refused.
+func ClosedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return "http://" + addr
 }
