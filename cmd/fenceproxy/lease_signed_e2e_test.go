@@ -37,19 +37,30 @@ type delivery struct {
 }
 
 // recordingUpstream is the protected service: it records every request it
-// receives, in order.
-type recordingUpstream struct {
-	*httptest.Server
-	mu  sync.Mutex
-	got []delivery
-}
+// receives, in order, as a delivery.
+type recordingUpstream = recorder[delivery]
 
 func newRecordingUpstream(t *testing.T) *recordingUpstream {
-	u := &recordingUpstream{}
+	return newRecorder(t, func(r *http.Request, body []byte) delivery {
+		return delivery{path: r.URL.Path, token: r.Header.Get(client.DefaultHeader), body: string(body)}
+	})
+}
+
+// recorder is a service that records every request it receives, in order,
+// as record makes of it (with its body read), and answers 200 "stored".
+type recorder[T any] struct {
+	*httptest.Server
+	mu  sync.Mutex
+	got []T
+}
+
+func newRecorder[T any](t *testing.T, record func(r *http.Request, body []byte) T) *recorder[T] {
+	u := &recorder[T]{}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		x := record(r, body)
 		u.mu.Lock()
-		u.got = append(u.got, delivery{path: r.URL.Path, token: r.Header.Get(client.DefaultHeader), body: string(body)})
+		u.got = append(u.got, x)
 		u.mu.Unlock()
 		_, _ = io.WriteString(w, "stored")
 	}))
@@ -57,7 +68,7 @@ func newRecordingUpstream(t *testing.T) *recordingUpstream {
 	return u
 }
 
-func (u *recordingUpstream) received() []delivery {
+func (u *recorder[T]) received() []T {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return slices.Clone(u.got)

@@ -7,13 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,35 +29,17 @@ import (
 
 const nginxBin = "/usr/sbin/nginx"
 
-// nginxApp is the app behind nginx: it records every request it
-// receives as "METHOD PATH token=T body=B".
-type nginxApp struct {
-	*httptest.Server
-	mu  sync.Mutex
-	got []string
-}
-
-func newNginxApp(t *testing.T) *nginxApp {
-	u := &nginxApp{}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
+// newNginxApp is the app behind nginx: it records every request it
+// receives as "METHOD URI token=T body=B" (a signed token as "jws": its
+// fence is what matters, and the test knows it by the body).
+func newNginxApp(t *testing.T) *recorder[string] {
+	return newRecorder(t, func(r *http.Request, b []byte) string {
 		tok := r.Header.Get("Fencing-Token")
-		if len(tok) > 12 { // a signed token: its fence is what matters, and the test knows it by the body
+		if len(tok) > 12 {
 			tok = "jws"
 		}
-		u.mu.Lock()
-		u.got = append(u.got, fmt.Sprintf("%s %s token=%s body=%s", r.Method, r.URL.RequestURI(), tok, b))
-		u.mu.Unlock()
-		_, _ = io.WriteString(w, "stored")
-	}))
-	t.Cleanup(u.Close)
-	return u
-}
-
-func (u *nginxApp) received() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return slices.Clone(u.got)
+		return fmt.Sprintf("%s %s token=%s body=%s", r.Method, r.URL.RequestURI(), tok, b)
+	})
 }
 
 // startProc starts a child process in its own process group (internal/
