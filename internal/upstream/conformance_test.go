@@ -238,7 +238,7 @@ func TestConformance(t *testing.T) {
 				}
 			}
 			if !mine.BodyClosed || !ref.BodyClosed {
-				t.Errorf("req.Body closed: upstream %v, net/http %v; the RoundTripper contract says always", mine.BodyClosed, ref.BodyClosed)
+				t.Errorf("req.Body closed: upstream %v, net/http %v; http.RoundTripper's documentation says always", mine.BodyClosed, ref.BodyClosed)
 			}
 			if mine.FollowUp != followUpWant || ref.FollowUp != followUpWant {
 				t.Errorf("follow-up: upstream %q, net/http %q, want %q", mine.FollowUp, ref.FollowUp, followUpWant)
