@@ -82,9 +82,7 @@ pprof_env=()
 for t in redis-server redis-cli curl "$GO" setsid pgrep timeout; do
   command -v "$t" >/dev/null 2>&1 || die "missing tool: $t (Debian: apt-get install -y redis-server curl)"
 done
-for p in $(seq "$PORT_BASE" $((PORT_BASE + 12))); do
-  ! port_open "$p" || die "port $p is in use; choose another PORT_BASE"
-done
+ports_free "$PORT_BASE" $((PORT_BASE + 12))
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 build
 

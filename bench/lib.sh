@@ -1,5 +1,6 @@
 # bench/lib.sh: process handling and measurement helpers for compare.sh,
-# openloop.sh and sweep.sh. Sourced, never run. Callers set strict mode.
+# openloop.sh, sweep.sh, authz.sh, tracing.sh, stores.sh and signed.sh.
+# Sourced, never run. Callers set strict mode.
 #
 # Every process binds 127.0.0.1 only and is started in a session of its own
 # (setsid), so it is stopped, with any children (nginx workers), by its own
@@ -12,6 +13,7 @@
 #                     at exit unless KEEP_RUN=1 or the caller set RUN_DIR)
 #   FENCEPROXY_BIN    use this fenceproxy binary instead of building one from the working tree
 #   BENCH_BIN         directory holding already built bench tools (set by run-all.sh)
+#   WRK_LUA           the wrk script measure and warm run (default bench/wrk/put.lua; signed.sh sets it)
 #   GO=go
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -101,11 +103,57 @@ check_tools() {
     command -v "$t" >/dev/null 2>&1 || missing+=("$t")
   done
   ((${#missing[@]} == 0)) || die "missing tools: ${missing[*]} (Debian: apt-get install -y wrk redis-server nginx curl)"
+  ports_free "$PORT_BASE" $((PORT_BASE + 9))
+}
+
+# ports_free FIRST LAST: fail unless every port FIRST..LAST is free
+ports_free() {
   local p
-  for p in $(seq "$PORT_BASE" $((PORT_BASE + 9))); do
+  for p in $(seq "$1" "$2"); do
     ! port_open "$p" || die "port $p is in use; choose another PORT_BASE"
   done
 }
+
+# run_settings: the defaults of the interleaved runs (tracing.sh, stores.sh, signed.sh):
+# ROUNDS=3 DURATION=8s WARMUP=2 (whole seconds; a trailing s is dropped) CONNS=32, and
+# OUT_DIR (default: the run directory), created
+run_settings() {
+  : "${ROUNDS:=3}" "${DURATION:=8s}" "${WARMUP:=2}" "${CONNS:=32}"
+  WARMUP=${WARMUP%s}
+  : "${OUT_DIR:=$RUN_DIR}"
+  mkdir -p "$OUT_DIR"
+}
+
+# copy_fn NAME NEWNAME: define NEWNAME with NAME's body
+copy_fn() { eval "$2() $(declare -f "$1" | tail -n +2)"; }
+
+# extend_targets: keep lib.sh's per-target lookups (port_of, admin_port_of, key_prefix_of,
+# explain) as lib_port_of and so on, for a script that adds targets of its own to override
+# them and fall back on lib_*
+extend_targets() {
+  local fn
+  for fn in port_of admin_port_of key_prefix_of explain; do copy_fn "$fn" "lib_$fn"; done
+}
+
+# explain_added TARGET LOG_OFFSET DECISIONS WRK_OUT: explain for a target a script added
+# (lib.sh's explain knows the logs of its own targets only; an added one logs to $RUN_DIR/TARGET.log)
+explain_added() {
+  say "$1 answered non-2xx or failed requests in this run; decisions: $3"
+  grep -E 'Socket errors|Non-2xx' "$4" | sed 's/^/    wrk: /' >&2 || true
+  tail -c +$(($2 + 1)) "$RUN_DIR/$1.log" | grep -v '"msg":"listening"' | head -n 8 | sed 's/^/    log: /' >&2 || true
+}
+
+# AWK_ROUNDS: awk functions for a summary of rows kept as a[target, round], rounds 1..R:
+# med(a, t), the median of a[t, 1..R]; ratio(a, b), the median of the per-round ratios
+# rps[a, i] / rps[b, i] (each round runs every target back to back) as "M[min-max]"
+AWK_ROUNDS='
+  function med(a, t,   n, i, j, v, x) { n = 0; for (i = 1; i <= R; i++) v[++n] = a[t, i]
+    for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
+    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+  function ratio(a, b,   i, r, lo, hi, q) { lo = 1e9; hi = 0
+    for (i = 1; i <= R; i++) { r = rps[a, i] / rps[b, i]; q["x", i] = r; if (r < lo) lo = r; if (r > hi) hi = r }
+    return sprintf("%.2f[%.2f-%.2f]", med(q, "x"), lo, hi) }
+'
 
 # build: fenceproxy from the working tree (unless FENCEPROXY_BIN is given) and
 # the bench tools (unless BENCH_BIN holds them).
@@ -415,7 +463,7 @@ measure() {
   t0=$(date +%s%N)
   local TIMEFORMAT='%U %S'
   { time timeout -k 5 $((secs + 60)) wrk -t"$threads" -c"$conns" -d"$duration" --timeout 5s \
-    -s "$BENCH_DIR/wrk/put.lua" "http://127.0.0.1:$port" -- "$threads" 1000 k >"$out" 2>&1 || true; } 2>"$out.cpu"
+    -s "${WRK_LUA:-$BENCH_DIR/wrk/put.lua}" "http://127.0.0.1:$port" -- "$threads" 1000 k >"$out" 2>&1 || true; } 2>"$out.cpu"
   local t1 s1 p1 o1 r1
   t1=$(date +%s%N)
   s1=$(head -n 1 /proc/stat)
@@ -517,7 +565,7 @@ stale_distances() {
 # warm TARGET SECONDS: unmeasured load so every proxy has its connections and caches
 warm() {
   local threads=2
-  timeout -k 5 $(($2 + 30)) wrk -t"$threads" -c32 -d"$2"s --timeout 5s -s "$BENCH_DIR/wrk/put.lua" \
+  timeout -k 5 $(($2 + 30)) wrk -t"$threads" -c32 -d"$2"s --timeout 5s -s "${WRK_LUA:-$BENCH_DIR/wrk/put.lua}" \
     "http://127.0.0.1:$(port_of "$1")" -- "$threads" 1000 k >"$RUN_DIR/warm.$1.out" 2>&1 || true
 }
 

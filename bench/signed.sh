@@ -45,12 +45,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-: "${ROUNDS:=3}" "${DURATION:=8s}" "${WARMUP:=2}" "${CONNS:=32}" "${REPEAT:=100}" "${MAX_RPS:=12000}"
-: "${REDIS_SETTING:=none}" "${PROFILE:=0}"
+run_settings
+: "${REPEAT:=100}" "${MAX_RPS:=12000}" "${REDIS_SETTING:=none}" "${PROFILE:=0}"
 [[ $PROFILE == 0 || $PROFILE == 1 ]] || die "PROFILE must be 0 or 1"
-WARMUP=${WARMUP%s}
-: "${OUT_DIR:=$RUN_DIR}"
-mkdir -p "$OUT_DIR"
 PORT_REPEAT=$((PORT_BASE + 10))
 PORT_REPEAT_ADMIN=$((PORT_BASE + 11))
 PORT_UNIQUE=$((PORT_BASE + 12))
@@ -59,10 +56,7 @@ read -r -a TARGETS <<<"${ORDER:-go-plain fenceproxy fenceproxy-signed-repeat fen
 TOKENS_DIR=$RUN_DIR/tokens
 
 # lib.sh's per-target lookups, extended by the two new targets
-copy_fn() { eval "$2() $(declare -f "$1" | tail -n +2)"; }
-copy_fn port_of lib_port_of
-copy_fn admin_port_of lib_admin_port_of
-copy_fn key_prefix_of lib_key_prefix_of
+extend_targets
 port_of() {
   case $1 in
     fenceproxy-signed-repeat) echo "$PORT_REPEAT" ;;
@@ -87,25 +81,12 @@ key_prefix_of() {
 is_fenceproxy() { [[ $1 == fenceproxy || $1 == fenceproxy-* ]]; }
 uses_redis() { is_fenceproxy "$1"; }
 is_signed() { [[ $1 == fenceproxy-signed-* ]]; }
-copy_fn explain lib_explain
-explain() { # lib.sh knows the logs of its own targets only
-  case $1 in
-    fenceproxy-signed-*)
-      say "$1 answered non-2xx or failed requests in this run; decisions: $3"
-      grep -E 'Socket errors|Non-2xx' "$4" | sed 's/^/    wrk: /' >&2 || true
-      tail -c +$(($2 + 1)) "$RUN_DIR/$1.log" | grep -v '"msg":"listening"' | head -n 8 | sed 's/^/    log: /' >&2 || true ;;
-    *) lib_explain "$@" ;;
-  esac
-}
+explain() { case $1 in fenceproxy-signed-*) explain_added "$@" ;; *) lib_explain "$@" ;; esac; }
 
-# lib.sh's measure and warm send put.lua's load; for the signed targets the
-# same functions send signed.lua's, with the target's token files and state.
-# (A copy with the script's path replaced; fail if lib.sh's spelling moved.)
-for fn in measure warm; do
-  def=$(declare -f "$fn" | tail -n +2 | sed 's#"\$BENCH_DIR/wrk/put.lua"#"$WRK_LUA"#')
-  [[ $def == *'"$WRK_LUA"'* ]] || die "lib.sh's $fn no longer names \"\$BENCH_DIR/wrk/put.lua\"; update signed.sh"
-  eval "lib_${fn}_lua() $def"
-done
+# lib.sh's measure and warm send the load of WRK_LUA (default put.lua); for the
+# signed targets they send signed.lua's, with the target's token files and state.
+copy_fn measure lib_measure_lua
+copy_fn warm lib_warm_lua
 # with_load TARGET CMD...: CMD with WRK_LUA and the signed load's environment for TARGET
 with_load() {
   local target=$1
@@ -136,9 +117,7 @@ warm() {
 }
 
 check_tools
-for p in $(seq $((PORT_BASE + 10)) $((PORT_BASE + 13))); do
-  ! port_open "$p" || die "port $p is in use; choose another PORT_BASE"
-done
+ports_free $((PORT_BASE + 10)) $((PORT_BASE + 13))
 build
 
 # The tokens: one file per wrk thread (lib.sh's measure and warm run 2), enough for the
@@ -197,17 +176,10 @@ fi
 stop_all
 
 # medians, per-round ratio ranges, proxy CPU µs/request (median over rounds)
-awk -F'\t' -v checks="$checks" -v setting="$REDIS_SETTING" -v reps="$REPEAT" '
+awk -F'\t' -v checks="$checks" -v setting="$REDIS_SETTING" -v reps="$REPEAT" "$AWK_ROUNDS"'
   NR == 1 { next }
   { rps[$3, $2] = $5; us[$3, $2] = ($5 > 0 ? $14 * 1e6 / $5 : 0); bad[$3] += $11 + $12; if ($2 > R) R = $2
     idle[$2 ":" $3] = $18; nidle++; sidle += $18; if (nidle == 1 || $18 < lidle) lidle = $18; if ($18 > hidle) hidle = $18 }
-  function med(a, t,   n, i, j, v, x) { n = 0; for (i = 1; i <= R; i++) v[++n] = a[t, i]
-    for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
-  # the median of the per-round ratios (each round runs every target back to back) [min-max]
-  function ratio(a, b,   i, r, lo, hi, q) { lo = 1e9; hi = 0
-    for (i = 1; i <= R; i++) { r = rps[a, i] / rps[b, i]; q["x", i] = r; if (r < lo) lo = r; if (r > hi) hi = r }
-    return sprintf("%.2f[%.2f-%.2f]", med(q, "x"), lo, hi) }
   function rounds(a, b,   i, s) { s = ""; for (i = 1; i <= R; i++) s = s (i > 1 ? "," : "") sprintf("%.2f", rps[a, i] / rps[b, i]); return s }
   END {
     printf "signed[redis=%s]: go-plain=%.0frps plain=%.0frps signed-repeat=%.0frps signed-unique=%.0frps", setting, \

@@ -30,10 +30,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-: "${ROUNDS:=3}" "${DURATION:=8s}" "${WARMUP:=2}" "${CONNS:=32}" "${ETCD_BIN:=etcd}"
-WARMUP=${WARMUP%s}
-: "${OUT_DIR:=$RUN_DIR}"
-mkdir -p "$OUT_DIR"
+run_settings
+: "${ETCD_BIN:=etcd}"
 PORT_ETCDFP=$((PORT_BASE + 10))
 PORT_ETCDFP_ADMIN=$((PORT_BASE + 11))
 PORT_NOCACHE=$((PORT_BASE + 12))
@@ -43,10 +41,7 @@ PORT_ETCD_PEER=$((PORT_BASE + 15))
 read -r -a TARGETS <<<"${ORDER:-go-plain fenceproxy fenceproxy-etcd fenceproxy-nocache}"
 
 # lib.sh's per-target lookups, extended by the two new targets
-copy_fn() { eval "$2() $(declare -f "$1" | tail -n +2)"; }
-copy_fn port_of lib_port_of
-copy_fn admin_port_of lib_admin_port_of
-copy_fn key_prefix_of lib_key_prefix_of
+extend_targets
 port_of() {
   case $1 in
     fenceproxy-etcd) echo "$PORT_ETCDFP" ;;
@@ -70,21 +65,11 @@ key_prefix_of() {
 }
 is_fenceproxy() { [[ $1 == fenceproxy || $1 == fenceproxy-* ]]; }
 uses_redis() { [[ $1 == fenceproxy || $1 == fenceproxy-nocache ]]; }
-copy_fn explain lib_explain
-explain() { # lib.sh knows the logs of its own targets only
-  case $1 in
-    fenceproxy-etcd | fenceproxy-nocache)
-      say "$1 answered non-2xx or failed requests in this run; decisions: $3"
-      tail -c +$(($2 + 1)) "$RUN_DIR/$1.log" | grep -v '"msg":"listening"' | head -n 8 | sed 's/^/    log: /' >&2 || true ;;
-    *) lib_explain "$@" ;;
-  esac
-}
+explain() { case $1 in fenceproxy-etcd | fenceproxy-nocache) explain_added "$@" ;; *) lib_explain "$@" ;; esac; }
 
 command -v "$ETCD_BIN" >/dev/null || die "etcd not found (ETCD_BIN)"
 check_tools
-for p in $(seq $((PORT_BASE + 10)) $((PORT_BASE + 15))); do
-  ! port_open "$p" || die "port $p is in use; choose another PORT_BASE"
-done
+ports_free $((PORT_BASE + 10)) $((PORT_BASE + 15))
 build
 say "etcd: $("$ETCD_BIN" --version | head -n 1)"
 
@@ -145,16 +130,9 @@ etcd_batch=$(awk -v d="$(fence_decisions fenceproxy-etcd)" -v txns="$(curl -s -m
 stop_all
 
 # medians, per-round ratio ranges, proxy CPU µs/request (median over rounds)
-awk -F'\t' -v checks="${checks# }" -v etcddb="$etcd_db" -v etcdbatch="$etcd_batch" '
+awk -F'\t' -v checks="${checks# }" -v etcddb="$etcd_db" -v etcdbatch="$etcd_batch" "$AWK_ROUNDS"'
   NR == 1 { next }
   { rps[$3, $2] = $5; us[$3, $2] = ($5 > 0 ? $14 * 1e6 / $5 : 0); bad[$3] += $11 + $12; if ($2 > R) R = $2 }
-  function med(a, t,   n, i, j, v, x) { n = 0; for (i = 1; i <= R; i++) v[++n] = a[t, i]
-    for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
-  # the median of the per-round ratios (each round runs both targets back to back) [min-max]
-  function ratio(a, b,   i, r, lo, hi, q) { lo = 1e9; hi = 0
-    for (i = 1; i <= R; i++) { r = rps[a, i] / rps[b, i]; q["x", i] = r; if (r < lo) lo = r; if (r > hi) hi = r }
-    return sprintf("%.2f[%.2f-%.2f]", med(q, "x"), lo, hi) }
   END {
     printf "stores[redis=durable]: go-plain=%.0frps redis=%.0frps etcd=%.0frps redis-nocache=%.0frps", \
       med(rps, "go-plain"), med(rps, "fenceproxy"), med(rps, "fenceproxy-etcd"), med(rps, "fenceproxy-nocache")

@@ -33,18 +33,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-: "${ROUNDS:=3}" "${DURATION:=8s}" "${WARMUP:=2}" "${CONNS:=32}" "${REDIS_SETTING:=none}"
-WARMUP=${WARMUP%s}
-: "${OUT_DIR:=$RUN_DIR}"
-mkdir -p "$OUT_DIR"
+run_settings
+: "${REDIS_SETTING:=none}"
 PORT_SINK=$((PORT_BASE + 10))
 read -r -a TARGETS <<<"${ORDER:-go-plain fenceproxy fenceproxy-otel-unsampled fenceproxy-otel fenceproxy-otel-console}"
 
 # lib.sh's per-target lookups, extended by the traced targets (ports +11..+16)
-copy_fn() { eval "$2() $(declare -f "$1" | tail -n +2)"; }
-copy_fn port_of lib_port_of
-copy_fn admin_port_of lib_admin_port_of
-copy_fn key_prefix_of lib_key_prefix_of
+extend_targets
 traced_index() {
   case $1 in
     fenceproxy-otel-unsampled) echo 0 ;;
@@ -70,22 +65,11 @@ key_prefix_of() {
 }
 is_fenceproxy() { [[ $1 == fenceproxy || $1 == fenceproxy-* ]]; }
 uses_redis() { is_fenceproxy "$1"; }
-copy_fn explain lib_explain
-explain() { # lib.sh knows the logs of its own targets only
-  case $1 in
-    fenceproxy-otel*)
-      say "$1 answered non-2xx or failed requests in this run; decisions: $3"
-      grep -E 'Socket errors|Non-2xx' "$4" | sed 's/^/    wrk: /' >&2 || true
-      tail -c +$(($2 + 1)) "$RUN_DIR/$1.log" | grep -v '"msg":"listening"' | head -n 8 | sed 's/^/    log: /' >&2 || true ;;
-    *) lib_explain "$@" ;;
-  esac
-}
+explain() { case $1 in fenceproxy-otel*) explain_added "$@" ;; *) lib_explain "$@" ;; esac; }
 sink_spans() { curl -s -m 5 "http://127.0.0.1:$PORT_SINK/count" | sed -n 's/^spans=\([0-9]*\) .*/\1/p'; }
 
 check_tools
-for p in $(seq $((PORT_BASE + 10)) $((PORT_BASE + 16))); do
-  ! port_open "$p" || die "port $p is in use; choose another PORT_BASE"
-done
+ports_free $((PORT_BASE + 10)) $((PORT_BASE + 16))
 build
 
 say "=== Redis $REDIS_SETTING ($(redis_args "$REDIS_SETTING")); ${TARGETS[*]}, $ROUNDS x wrk -c$CONNS -d$DURATION"
@@ -134,16 +118,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 stop_all
 
-awk -F'\t' -v checks="$checks" -v setting="$REDIS_SETTING" '
+awk -F'\t' -v checks="$checks" -v setting="$REDIS_SETTING" "$AWK_ROUNDS"'
   FNR == 1 { next }
   FILENAME ~ /spans/ { spans[$2, $1] = $3; next }
   { rps[$3, $2] = $5; req[$3, $2] = $6; us[$3, $2] = ($5 > 0 ? $14 * 1e6 / $5 : 0); bad[$3] += $11 + $12; if ($2 > R) R = $2 }
-  function med(a, t,   n, i, j, v, x) { n = 0; for (i = 1; i <= R; i++) v[++n] = a[t, i]
-    for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
-  function ratio(a, b,   i, r, lo, hi, q) { lo = 1e9; hi = 0
-    for (i = 1; i <= R; i++) { r = rps[a, i] / rps[b, i]; q["x", i] = r; if (r < lo) lo = r; if (r > hi) hi = r }
-    return sprintf("%.2f[%.2f-%.2f]", med(q, "x"), lo, hi) }
   function perreq(t,   i, q) { for (i = 1; i <= R; i++) q["x", i] = (req[t, i] > 0 ? spans[t, i] / req[t, i] : 0); return med(q, "x") }
   END {
     printf "tracing[redis=%s]: go-plain=%.0frps off=%.0frps unsampled=%.0frps sampled-otlp=%.0frps sampled-console=%.0frps", setting,

@@ -366,6 +366,10 @@ func parseAuthz(raw rawEnv, bad func(variable, format string, args ...any)) Auth
 			bad("FENCE_AUTHZ_PATH_PREFIX", "%q must be a path starting with / (no query), e.g. /fence", p)
 		case u.EscapedPath() != p:
 			bad("FENCE_AUTHZ_PATH_PREFIX", "%q must be written as it is sent (percent-encoded where needed)", p)
+		case strings.Contains(p, "//"):
+			// The proxy removes one trailing "/" and wants a "/" next:
+			// with an empty segment no question's path would match.
+			bad("FENCE_AUTHZ_PATH_PREFIX", "%q has an empty segment (//), e.g. use /fence", p)
 		}
 	}
 	if a.GRPCAddr != "" {

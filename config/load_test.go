@@ -642,6 +642,8 @@ func TestLoadAuthz(t *testing.T) {
 		{"prefix without slash", map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "fence"}, `FENCE_AUTHZ_PATH_PREFIX: "fence" must be a path starting with /`},
 		{"prefix with query", map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "/fence?x"}, `FENCE_AUTHZ_PATH_PREFIX: "/fence?x" must be a path`},
 		{"prefix not encoded", map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "/a b"}, `FENCE_AUTHZ_PATH_PREFIX`},
+		{"prefix with an empty segment", map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "/fence//"}, `FENCE_AUTHZ_PATH_PREFIX: "/fence//" has an empty segment`},
+		{"prefix of two slashes", map[string]string{"FENCE_AUTHZ_PATH_PREFIX": "//"}, `FENCE_AUTHZ_PATH_PREFIX: "//" has an empty segment`},
 		{"grpc addr no port", map[string]string{"FENCE_AUTHZ_GRPC_ADDR": "127.0.0.1"}, `FENCE_AUTHZ_GRPC_ADDR`},
 		{"grpc addr on the data port", map[string]string{"FENCE_AUTHZ_GRPC_ADDR": ":8080"}, `FENCE_AUTHZ_GRPC_ADDR: ":8080" must use another port than FENCE_LISTEN_ADDR`},
 		{"grpc addr on the admin port", map[string]string{"FENCE_AUTHZ_GRPC_ADDR": ":9090"}, `must use another port than FENCE_ADMIN_ADDR`},

@@ -3,7 +3,6 @@ package deploy
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -78,6 +78,7 @@ type index struct {
 	secrets    map[string]*corev1.Secret
 	services   []*corev1.Service
 	policies   []*networkingv1.NetworkPolicy
+	pdbs       []*policyv1.PodDisruptionBudget
 	workloads  []workload
 }
 
@@ -95,6 +96,8 @@ func newIndex(objs []Object) *index {
 			idx.services = append(idx.services, v)
 		case *networkingv1.NetworkPolicy:
 			idx.policies = append(idx.policies, v)
+		case *policyv1.PodDisruptionBudget:
+			idx.pdbs = append(idx.pdbs, v)
 		case *appsv1.Deployment:
 			idx.workloads = append(idx.workloads, workload{obj: o, ns: v.Namespace, replicas: replicas(v.Spec.Replicas),
 				meta: &v.Spec.Template.ObjectMeta, spec: &v.Spec.Template.Spec})
@@ -204,18 +207,7 @@ func checkFenced(wp problems, idx *index, w workload, c *corev1.Container) Fence
 	f.Config = cfg
 	checkTokenKeys(p, idx, w, c, env)
 
-	// Probes: on the admin port, the paths fenceproxy serves.
-	checkProbe(p, "livenessProbe", c, c.LivenessProbe, "/healthz", adminPort, true)
-	checkProbe(p, "readinessProbe", c, c.ReadinessProbe, "/readyz", adminPort, true)
-	checkProbe(p, "startupProbe", c, c.StartupProbe, "/healthz", adminPort, false)
-
-	// Prometheus scrapes the admin port.
-	ann := w.meta.Annotations
-	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" ||
-		ann["prometheus.io/port"] != strconv.Itoa(int(adminPort)) {
-		wp.warn("pod template annotations (spec.template.metadata.annotations) must be prometheus.io/scrape=true, prometheus.io/port=%d (%s), prometheus.io/path=/metrics; have %v.",
-			adminPort, AdminPortName, promAnnotations(ann))
-	}
+	checkAdmin(wp, p, w, c, adminPort)
 
 	var upstreamPort int32
 	if cfg != nil {

@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"errors"
-	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"github.com/fenceproxy/fenceproxy/config"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -131,12 +129,6 @@ func CheckAuthz(objs []Object) AuthzReport {
 	var f findings
 	var rep AuthzReport
 	idx := newIndex(objs)
-	var pdbs []*policyv1.PodDisruptionBudget
-	for _, o := range objs {
-		if v, ok := o.Obj.(*policyv1.PodDisruptionBudget); ok {
-			pdbs = append(pdbs, v)
-		}
-	}
 	for _, w := range idx.workloads {
 		p := problems{prefix: w.obj.String(), f: &f}
 		for i := range w.spec.InitContainers {
@@ -147,7 +139,7 @@ func CheckAuthz(objs []Object) AuthzReport {
 		for i := range w.spec.Containers {
 			c := &w.spec.Containers[i]
 			if IsAuthzContainer(c) {
-				rep.Authz = append(rep.Authz, checkAuthzWorkload(p, idx, pdbs, w, c))
+				rep.Authz = append(rep.Authz, checkAuthzWorkload(p, idx, w, c))
 			}
 		}
 	}
@@ -155,7 +147,7 @@ func CheckAuthz(objs []Object) AuthzReport {
 	return rep
 }
 
-func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionBudget, w workload, c *corev1.Container) Authz {
+func checkAuthzWorkload(wp problems, idx *index, w workload, c *corev1.Container) Authz {
 	a := Authz{Workload: w.obj.String(), Container: c.Name}
 	p := wp.sub("container " + c.Name)
 	if uid := runAsUser(w.spec, c); uid == nil || *uid != SidecarUID {
@@ -184,14 +176,7 @@ func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionB
 		}
 	}
 
-	checkProbe(p, "livenessProbe", c, c.LivenessProbe, "/healthz", adminPort, true)
-	checkProbe(p, "readinessProbe", c, c.ReadinessProbe, "/readyz", adminPort, true)
-	checkProbe(p, "startupProbe", c, c.StartupProbe, "/healthz", adminPort, false)
-	ann := w.meta.Annotations
-	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != fmt.Sprint(adminPort) {
-		wp.warn("pod template annotations (spec.template.metadata.annotations) must be prometheus.io/scrape=true, prometheus.io/port=%d (%s), prometheus.io/path=/metrics; have %v.",
-			adminPort, AdminPortName, promAnnotations(ann))
-	}
+	checkAdmin(wp, p, w, c, adminPort)
 
 	if cfg != nil {
 		checkListen(p, "FENCE_LISTEN_ADDR", cfg.ListenAddr, httpPort, AuthzHTTPPortName)
@@ -211,19 +196,19 @@ func checkAuthzWorkload(wp problems, idx *index, pdbs []*policyv1.PodDisruptionB
 		}
 	}
 
-	checkAuthzAvailability(wp, pdbs, w, &a)
+	checkAuthzAvailability(wp, idx, w, &a)
 	checkAuthzExposure(wp, idx, w, c, httpPort, grpcPort, adminPort, &a)
 	return a
 }
 
 // checkAuthzAvailability: fail closed means a missing fenceproxy refuses
 // every fenced request through the front proxy.
-func checkAuthzAvailability(p problems, pdbs []*policyv1.PodDisruptionBudget, w workload, a *Authz) {
+func checkAuthzAvailability(p problems, idx *index, w workload, a *Authz) {
 	if w.replicas < 2 {
 		p.warn("spec.replicas %d: every fenced request through the front proxy is refused while fenceproxy authz cannot be asked; run at least 2.", w.replicas)
 	}
 	podLabels := labels.Set(w.meta.Labels)
-	for _, pdb := range pdbs {
+	for _, pdb := range idx.pdbs {
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 		if pdb.Namespace != w.ns || err != nil || sel.Empty() || !sel.Matches(podLabels) {
 			continue
@@ -256,19 +241,13 @@ func checkAuthzAvailability(p problems, pdbs []*policyv1.PodDisruptionBudget, w 
 // name the callers of every port.
 func checkAuthzExposure(p problems, idx *index, w workload, c *corev1.Container, httpPort, grpcPort, adminPort int32, a *Authz) {
 	podLabels := labels.Set(w.meta.Labels)
-	for _, svc := range idx.services {
-		if svc.Namespace != w.ns || len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
-			continue
-		}
+	for _, svc := range selectingServices(idx, w.ns, podLabels) {
 		a.Services = append(a.Services, svc.Name)
 		if a.ServiceName == "" {
 			a.ServiceName, a.ServiceNamespace = svc.Name, svc.Namespace
 		}
 		for _, sp := range svc.Spec.Ports {
-			tp := sp.TargetPort
-			if tp.Type == intstr.Int && tp.IntVal == 0 {
-				tp = intstr.FromInt32(sp.Port)
-			}
+			tp := targetPort(sp)
 			switch target := declaredPort(c, tp); {
 			case target == 0:
 				p.add("Service %s port %s has targetPort %s, not a port of container %s.", svc.Name, servicePortName(sp), tp.String(), c.Name)

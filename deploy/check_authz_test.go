@@ -2,7 +2,7 @@ package deploy
 
 import (
 	"errors"
-	"slices"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,9 +11,7 @@ import (
 )
 
 // without removes the object named name of the given kind.
-func (a *authzObjects) without(kind, name string) {
-	a.objs = slices.DeleteFunc(a.objs, func(o Object) bool { return o.GVK.Kind == kind && o.Name == name })
-}
+func (a *authzObjects) without(kind, name string) { a.objs = withoutObject(a.objs, kind, name) }
 
 // TestAuthzContainerNamedFenceproxy: a container that runs `fenceproxy
 // authz` is checked by CheckAuthz's rules, never by Check's sidecar rules,
@@ -65,7 +63,6 @@ func TestAuthzContainerNamedFenceproxy(t *testing.T) {
 func TestAuthzTokenKeys(t *testing.T) {
 	docs := renderJSON(t, authzDir)
 	pub, priv := ed25519JWK(t, "k1")
-	const file = "/etc/fenceproxy-keys/keys.json"
 	// withKeys gives the authz container a keys ConfigMap holding set,
 	// mounted as the signed-tokens overlay mounts it in the sidecar.
 	withKeys := func(a *authzObjects, set string) {
@@ -75,8 +72,8 @@ func TestAuthzTokenKeys(t *testing.T) {
 		pod := &a.dep.Spec.Template.Spec
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: keysVolume,
 			VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: keysVolume}}}})
-		a.c.VolumeMounts = append(a.c.VolumeMounts, corev1.VolumeMount{Name: keysVolume, MountPath: "/etc/fenceproxy-keys", ReadOnly: true})
-		a.env.Data[TokenKeysVar] = file
+		a.c.VolumeMounts = append(a.c.VolumeMounts, corev1.VolumeMount{Name: keysVolume, MountPath: filepath.Dir(keysFile), ReadOnly: true})
+		a.env.Data[TokenKeysVar] = keysFile
 	}
 	for _, tc := range []struct {
 		name   string
@@ -84,11 +81,11 @@ func TestAuthzTokenKeys(t *testing.T) {
 		want   string // "": passes
 	}{
 		{"a public key set", func(a *authzObjects) { withKeys(a, jwkSet(t, pub)) }, ""},
-		{"not mounted", func(a *authzObjects) { a.env.Data[TokenKeysVar] = file }, "but no volume is mounted there"},
+		{"not mounted", func(a *authzObjects) { a.env.Data[TokenKeysVar] = keysFile }, "but no volume is mounted there"},
 		{"mounted with subPath", func(a *authzObjects) {
 			withKeys(a, jwkSet(t, pub))
 			m := &a.c.VolumeMounts[len(a.c.VolumeMounts)-1]
-			m.MountPath, m.SubPath = file, "keys.json"
+			m.MountPath, m.SubPath = keysFile, "keys.json"
 		}, `mounts with subPath "keys.json"`},
 		{"a private key", func(a *authzObjects) { withKeys(a, jwkSet(t, priv)) }, "holds private key material"},
 	} {

@@ -48,16 +48,10 @@ func checkExposure(p problems, idx *index, w workload, sidecar *corev1.Container
 		p.add("no app container's command, args or env name its listen address 127.0.0.1:%d: the app's default may be every interface; make the loopback address explicit.", upstreamPort)
 	}
 
-	for _, svc := range idx.services {
-		if svc.Namespace != w.ns || len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
-			continue
-		}
+	for _, svc := range selectingServices(idx, w.ns, podLabels) {
 		services = append(services, svc.Name)
 		for _, sp := range svc.Spec.Ports {
-			tp := sp.TargetPort
-			if tp.Type == intstr.Int && tp.IntVal == 0 {
-				tp = intstr.FromInt32(sp.Port) // targetPort defaults to port
-			}
+			tp := targetPort(sp)
 			if !sidecarPort(tp) || (tp.Type == intstr.Int && tp.IntVal == upstreamPort) {
 				p.add("Service %s port %s has targetPort %s, not a port of the sidecar: requests would skip the fence.", svc.Name, servicePortName(sp), tp.String())
 			}
@@ -86,6 +80,27 @@ func checkExposure(p problems, idx *index, w workload, sidecar *corev1.Container
 		p.add("no NetworkPolicy restricts ingress to the pods: any other port (the app's, should it listen beyond loopback) is open.")
 	}
 	return services, policies
+}
+
+// selectingServices are the Services of namespace ns whose selector selects
+// pods labelled podLabels (a Service without a selector selects none).
+func selectingServices(idx *index, ns string, podLabels labels.Set) []*corev1.Service {
+	var out []*corev1.Service
+	for _, svc := range idx.services {
+		if svc.Namespace == ns && len(svc.Spec.Selector) > 0 && labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+			out = append(out, svc)
+		}
+	}
+	return out
+}
+
+// targetPort is the container port a Service port sends to: its targetPort,
+// which defaults to its port.
+func targetPort(sp corev1.ServicePort) intstr.IntOrString {
+	if tp := sp.TargetPort; tp.Type != intstr.Int || tp.IntVal != 0 {
+		return tp
+	}
+	return intstr.FromInt32(sp.Port)
 }
 
 // servicePortName names a Service port by its name, or by its number when it

@@ -178,6 +178,22 @@ func resolvePort(c *corev1.Container, port intstr.IntOrString) int32 {
 	return 0
 }
 
+// checkAdmin checks what is served on fenceproxy's admin port, in either
+// mode: the probes (on the admin port, the paths fenceproxy serves, reported
+// with p) and the Prometheus annotations of the pod template (reported with
+// wp).
+func checkAdmin(wp, p problems, w workload, c *corev1.Container, adminPort int32) {
+	checkProbe(p, "livenessProbe", c, c.LivenessProbe, "/healthz", adminPort, true)
+	checkProbe(p, "readinessProbe", c, c.ReadinessProbe, "/readyz", adminPort, true)
+	checkProbe(p, "startupProbe", c, c.StartupProbe, "/healthz", adminPort, false)
+	ann := w.meta.Annotations
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" ||
+		ann["prometheus.io/port"] != strconv.Itoa(int(adminPort)) {
+		wp.warn("pod template annotations (spec.template.metadata.annotations) must be prometheus.io/scrape=true, prometheus.io/port=%d (%s), prometheus.io/path=/metrics; have %v.",
+			adminPort, AdminPortName, promAnnotations(ann))
+	}
+}
+
 func checkProbe(p problems, field string, c *corev1.Container, pr *corev1.Probe, path string, adminPort int32, required bool) {
 	if pr == nil {
 		if required {

@@ -111,8 +111,11 @@ func loadSample(t *testing.T, docs [][]byte) *sample {
 }
 
 // without removes the object named name of the given kind.
-func (s *sample) without(kind, name string) {
-	s.objs = slices.DeleteFunc(s.objs, func(o Object) bool { return o.GVK.Kind == kind && o.Name == name })
+func (s *sample) without(kind, name string) { s.objs = withoutObject(s.objs, kind, name) }
+
+// withoutObject returns objs without the object named name of the given kind.
+func withoutObject(objs []Object, kind, name string) []Object {
+	return slices.DeleteFunc(objs, func(o Object) bool { return o.GVK.Kind == kind && o.Name == name })
 }
 
 // TestSampleApp checks the sample app beyond Check: it has a Service, a

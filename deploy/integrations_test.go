@@ -57,6 +57,25 @@ func readFile(t *testing.T, path string) string {
 	return string(data)
 }
 
+// wantBreak replaces the first old in doc with new, runs check on the result
+// (a decoding error is its one problem) and requires a problem containing
+// want. A doc without old fails the case: the file changed under it.
+func wantBreak(t *testing.T, doc, old, new, want string, check func(doc string) ([]string, error)) {
+	t.Helper()
+	if !strings.Contains(doc, old) {
+		t.Fatalf("the file changed: %q is not in it; update the case", old)
+	}
+	probs, err := check(strings.Replace(doc, old, new, 1))
+	if err != nil {
+		probs = []string{err.Error()}
+	}
+	got := strings.Join(probs, "\n")
+	t.Log(got)
+	if got == "" || !strings.Contains(got, want) {
+		t.Errorf("want a problem containing %q, got:\n%s", want, got)
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Envoy
 
@@ -382,6 +401,8 @@ func TestEnvoyChecksCanFail(t *testing.T) {
 		{"ext_authz disabled", grpc, "                  - name: envoy.filters.http.ext_authz\n", "                  - name: envoy.filters.http.ext_authz\n                    disabled: true\n", "no enabled ext_authz filter"},
 		{"turned off on a route", grpc, "route: {cluster: app, timeout: 30s}", "route: {cluster: app, timeout: 30s}\n                          typed_per_filter_config:\n                            envoy.filters.http.ext_authz:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\n                              disabled: true", "per-route ext_authz settings"},
 		{"no path normalisation", grpc, "normalize_path: true", "normalize_path: false", "normalize_path and merge_slashes must be true"},
+		{"no slash merging", grpc, "merge_slashes: true", "merge_slashes: false", "normalize_path and merge_slashes must be true"},
+		{"no slash merging (HTTP)", httpv, "merge_slashes: true", "merge_slashes: false", "normalize_path and merge_slashes must be true"},
 		{"escaped slashes kept", grpc, "REJECT_REQUEST", "KEEP_UNCHANGED", "path_with_escaped_slashes_action is KEEP_UNCHANGED"},
 		{"HTTP: a client's X-Original-URI sent", httpv, "- {exact: fencing-sequence, ignore_case: true}", "- {exact: fencing-sequence, ignore_case: true}\n                          - {exact: x-original-uri, ignore_case: true}", "sends x-original-uri"},
 		{"HTTP: headers by prefix", httpv, "- {exact: fencing-sequence, ignore_case: true}", "- {prefix: x-, ignore_case: true}", "must be exact names"},
@@ -389,24 +410,15 @@ func TestEnvoyChecksCanFail(t *testing.T) {
 		{"HTTP: token not sent", httpv, "- {exact: fencing-token, ignore_case: true}", "- {exact: authorization, ignore_case: true}", "lacks the token header"},
 		{"HTTP: path override", httpv, "path_prefix: /fence", "path_override: /check", "path_override replaces"},
 	}
+	check := func(doc string) ([]string, error) {
+		b, err := loadEnvoy([]byte(doc))
+		if err != nil {
+			return nil, err
+		}
+		return checkEnvoy(b), nil
+	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(tc.doc, tc.old) {
-				t.Fatalf("the bootstrap changed: %q is not in it; update the case", tc.old)
-			}
-			doc := strings.Replace(tc.doc, tc.old, tc.new, 1)
-			var got string
-			b, err := loadEnvoy([]byte(doc))
-			if err != nil {
-				got = err.Error()
-			} else {
-				got = strings.Join(checkEnvoy(b), "\n")
-			}
-			t.Log(got)
-			if got == "" || !strings.Contains(got, tc.want) {
-				t.Errorf("want a problem containing %q, got:\n%s", tc.want, got)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantBreak(t, tc.doc, tc.old, tc.new, tc.want, check) })
 	}
 }
 
@@ -839,29 +851,24 @@ func TestIstioChecksCanFail(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, m := policy, mesh
-			doc := &m
+			doc := mesh
 			if tc.inPolicy {
-				doc = &p
+				doc = policy
 			}
-			if !strings.Contains(*doc, tc.old) {
-				t.Fatalf("the file changed: %q is not in it; update the case", tc.old)
-			}
-			*doc = strings.Replace(*doc, tc.old, tc.new, 1)
-			if tc.name == "asks itself" {
-				p = strings.Replace(p, "app.kubernetes.io/name: orders", "app.kubernetes.io/name: "+authzLabels["app.kubernetes.io/name"], 1)
-			}
-			var got string
-			spec, obj, mesh, err := loadIstio(p, m)
-			if err != nil {
-				got = err.Error()
-			} else {
-				got = strings.Join(checkIstio(spec, obj, mesh, z, authzLabels), "\n")
-			}
-			t.Log(got)
-			if got == "" || !strings.Contains(got, tc.want) {
-				t.Errorf("want a problem containing %q, got:\n%s", tc.want, got)
-			}
+			wantBreak(t, doc, tc.old, tc.new, tc.want, func(doc string) ([]string, error) {
+				p, m := policy, doc
+				if tc.inPolicy {
+					p, m = doc, mesh
+				}
+				if tc.name == "asks itself" {
+					p = strings.Replace(p, "app.kubernetes.io/name: orders", "app.kubernetes.io/name: "+authzLabels["app.kubernetes.io/name"], 1)
+				}
+				spec, obj, mc, err := loadIstio(p, m)
+				if err != nil {
+					return nil, err
+				}
+				return checkIstio(spec, obj, mc, z, authzLabels), nil
+			})
 		})
 	}
 }
@@ -1023,23 +1030,15 @@ func TestTraefikChecksCanFail(t *testing.T) {
 		{"wrong address", ".svc.cluster.local:8080/", ".svc.cluster.local:9191/", "want fenceproxy authz's HTTP Service port"},
 		{"Ingress without the middleware", "orders-fenceproxy@kubernetescrd", "orders-other@kubernetescrd", "does not use the middleware"},
 	}
+	check := func(doc string) ([]string, error) {
+		mw, ing, err := loadTraefik(doc)
+		if err != nil {
+			return nil, err
+		}
+		return checkTraefik(mw, ing, z), nil
+	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(doc, tc.old) {
-				t.Fatalf("the file changed: %q is not in it; update the case", tc.old)
-			}
-			var got string
-			mw, ing, err := loadTraefik(strings.Replace(doc, tc.old, tc.new, 1))
-			if err != nil {
-				got = err.Error()
-			} else {
-				got = strings.Join(checkTraefik(mw, ing, z), "\n")
-			}
-			t.Log(got)
-			if got == "" || !strings.Contains(got, tc.want) {
-				t.Errorf("want a problem containing %q, got:\n%s", tc.want, got)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantBreak(t, doc, tc.old, tc.new, tc.want, check) })
 	}
 }
 
@@ -1153,22 +1152,14 @@ func TestIngressNginxChecksCanFail(t *testing.T) {
 		{"client's X-Forwarded-Uri kept", "  X-Forwarded-Uri: \"\"\n", "", "must set X-Forwarded-Uri"},
 		{"X-Original-URI twice", "  X-Forwarded-Uri: \"\"\n", "  X-Forwarded-Uri: \"\"\n  X-Original-URI: $request_uri\n", "would be sent twice"},
 	}
+	check := func(doc string) ([]string, error) {
+		ing, cm, err := loadIngressNginx(doc)
+		if err != nil {
+			return nil, err
+		}
+		return checkIngressNginx(ing, cm, z), nil
+	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(doc, tc.old) {
-				t.Fatalf("the file changed: %q is not in it; update the case", tc.old)
-			}
-			var got string
-			ing, cm, err := loadIngressNginx(strings.Replace(doc, tc.old, tc.new, 1))
-			if err != nil {
-				got = err.Error()
-			} else {
-				got = strings.Join(checkIngressNginx(ing, cm, z), "\n")
-			}
-			t.Log(got)
-			if got == "" || !strings.Contains(got, tc.want) {
-				t.Errorf("want a problem containing %q, got:\n%s", tc.want, got)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantBreak(t, doc, tc.old, tc.new, tc.want, check) })
 	}
 }

@@ -12,5 +12,5 @@ type RoundTrip struct {
 	Admissions int
 	Releases   int
 	Duration   time.Duration
-	Failed     bool // the exchange as a whole failed (timeout, connection lost)
+	Failed     bool // the exchange gave no answer: its deadline passed, the connection failed, or (Redis) every admission it carried got an error
 }

@@ -40,14 +40,19 @@ type reply struct {
 	status   int
 	typ      string
 	title    string
-	// always: refused on a dry-run route too, because there is nothing whole
-	// to forward (a body that could not be read).
+	// always: refused on a dry-run route too. Either there is nothing whole
+	// to forward (a body that could not be read), or the refusal's route is
+	// not the one the request would reach (an ambiguous path or original
+	// request is charged to the default rule, a lower-case method to that
+	// method's route): forwarding it because that route is dry-run could
+	// slip past an enforcing route (the upstream decodes "%2F" or upper-cases
+	// "put") or send another path than the one asked for.
 	always bool
 }
 
 var answers = [numRefusals]reply{
-	refAmbiguousPath:     {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Ambiguous path", false},
-	refMethodCase:        {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Method not in upper case", false},
+	refAmbiguousPath:     {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Ambiguous path", true},
+	refMethodCase:        {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Method not in upper case", true},
 	refAmbiguousNumber:   {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Ambiguous number in path", false},
 	refTokenRequired:     {decMissing, http.StatusPreconditionRequired, TypeTokenRequired, "Fencing token required", false},
 	refTokenMalformed:    {decMalformed, http.StatusBadRequest, TypeTokenMalformed, "Malformed fencing token", false},
@@ -67,7 +72,7 @@ var answers = [numRefusals]reply{
 	// An admitted request (counted so) that did not get past the barrier.
 	refDrainTimeout:      {decAdmitted, http.StatusServiceUnavailable, TypeDrainTimeout, "Older requests still in flight", false},
 	refDrainDeadline:     {decAdmitted, http.StatusGatewayTimeout, "about:blank", http.StatusText(http.StatusGatewayTimeout), false},
-	refOriginalAmbiguous: {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Ambiguous original request", false},
+	refOriginalAmbiguous: {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Ambiguous original request", true},
 	refNotCanonical:      {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Path not in canonical form", false},
 }
 

@@ -152,3 +152,22 @@ func TestAuthzPathPrefix(t *testing.T) {
 		}
 	}
 }
+
+// With a dry-run default rule, a question the authorization mode cannot
+// attribute to a route (an ambiguous original request, a lower-case method
+// fenced once upper-cased) is still refused: answering 200 would let the
+// asking proxy pass the request by an enforcing route.
+func TestAuthzDryRunDefaultKeepsEnforcingRoutes(t *testing.T) {
+	srv, _, _ := authzFixture(t, "default:\n  enforce: false\nroutes:\n  - {name: o, path: '/orders/{id}', resource: 'o/{id}'}\n", "")
+	for _, h := range [][]string{
+		{"X-Original-Method", "PUT", "X-Forwarded-Method", "GET", "X-Original-Uri", "/orders/1"},
+		{"X-Original-Method", "put", "X-Original-Uri", "/orders/1"},
+		{"X-Original-Method", "PUT", "X-Original-Uri", "/x/..%2Forders/1"},
+	} {
+		resp, body := ask(t, srv, "GET", "/auth", h...)
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(HeaderDecision) != "bad_request" {
+			t.Errorf("%q: status %d, %s %q, want 400 bad_request (%s)", h, resp.StatusCode, HeaderDecision,
+				resp.Header.Get(HeaderDecision), body)
+		}
+	}
+}

@@ -59,9 +59,10 @@ func (v *verdict) refused(k refusal, detail string) *verdict {
 // fills it and returns it.
 func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *verdict {
 	v.rt = tab.fallback
-	canon, trailing, err := CanonicalPath(r.URL.EscapedPath())
+	escaped := r.URL.EscapedPath()
+	canon, trailing, err := CanonicalPath(escaped)
 	if err != nil {
-		v.extra = []zap.Field{zap.String("path", r.URL.EscapedPath())}
+		v.extra = []zap.Field{zap.String("path", escaped)}
 		return v.refused(refAmbiguousPath, err.Error())
 	}
 	v.canon, v.trailing = canon, trailing
@@ -77,7 +78,7 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 		v.dec = decUnfenced
 		return v
 	}
-	if authz && !spelledCanonically(r.URL.EscapedPath(), canon, trailing) {
+	if authz && !spelledCanonically(escaped, canon, trailing) {
 		// The asking proxy passes the path on as it was sent, and the
 		// service may read another spelling differently from the canonical
 		// path fenced here: in the proxy mode the service receives the
@@ -197,13 +198,18 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 		return refused(k, p.unavailableDetail(err), resource)
 	case !d.Admitted:
 		m.stale.Observe(elapsed.Seconds())
-		refused(refStale, "token "+formatUint(token)+" is older than the resource's high-water mark "+
-			formatUint(d.Mark)+": a newer lease holder has written", resource)
-		v.pr.HighWaterMark, v.pr.HighWaterSequence = formatUint(d.Mark), formatIf(d.Sequence, d.HasSequence)
+		k := refStale
 		if d.StaleSequence(a) {
-			v.pr.Type, v.pr.Title, v.pr.ref = answers[refStaleSequence].typ, answers[refStaleSequence].title, refStaleSequence
-			v.pr.Detail = "sequence " + v.pr.Sequence + " of token " + v.pr.Token + " is not above the resource's high-water sequence " +
-				v.pr.HighWaterSequence + " for that token: a later request of this lease was admitted first, or this one was already admitted"
+			k = refStaleSequence
+		}
+		pr := refused(k, "", resource).pr
+		pr.HighWaterMark, pr.HighWaterSequence = formatUint(d.Mark), formatIf(d.Sequence, d.HasSequence)
+		if k == refStale {
+			pr.Detail = "token " + pr.Token + " is older than the resource's high-water mark " + pr.HighWaterMark +
+				": a newer lease holder has written"
+		} else {
+			pr.Detail = "sequence " + pr.Sequence + " of token " + pr.Token + " is not above the resource's high-water sequence " +
+				pr.HighWaterSequence + " for that token: a later request of this lease was admitted first, or this one was already admitted"
 		}
 		return v
 	}

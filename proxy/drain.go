@@ -57,9 +57,8 @@ func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, v *verdi
 		// Released when the forward is over, whichever way: the response
 		// relayed, the exchange failed, or the handler aborted mid-body.
 		defer p.store.Release(f)
-		pass := p.passBarrier(ctx, w, r, v, f)
-		v.endAdmit()
-		if !pass {
+		if !p.passBarrier(ctx, w, r, v, f) {
+			v.endAdmit()
 			return
 		}
 	}
@@ -127,9 +126,9 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 			"nothing was forwarded (the mark has advanced to this token)")
 	}
 	pr.Route, pr.Resource, pr.Token, pr.Sequence = rt.name, a.Resource, formatUint(a.Token), formatIf(a.Sequence, a.HasSequence)
-	log, dec, fields := p.log, decAdmitted, []zap.Field{zap.Duration("waited", waited)}
-	if pr.ref == refStoreUnavailable {
-		log, dec, fields = p.outageLog, decUnavailable, append(fields, zap.Error(err))
+	log, dec, fields := p.log, answers[pr.ref].decision, []zap.Field{zap.Duration("waited", waited)}
+	if dec == decUnavailable {
+		log, fields = p.outageLog, append(fields, zap.Error(err))
 	}
 	if rt.dryRun && ctx.Err() == nil {
 		// A dry run forwards what the barrier would have held back (while

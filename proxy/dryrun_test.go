@@ -140,3 +140,31 @@ func TestSetRoutes(t *testing.T) {
 		t.Errorf("after a refused table: /b/1 status %d, want 200", resp.StatusCode)
 	}
 }
+
+// A dry-run default rule does not forward what it cannot attribute to a
+// route: an ambiguous path (no canonical path to send; the upstream might
+// decode it onto an enforcing route) and a lower-case method fenced once
+// upper-cased (the upstream might upper-case it onto the enforcing route)
+// are refused as when enforcing, and nothing reaches the upstream.
+func TestDryRunDefaultKeepsEnforcingRoutes(t *testing.T) {
+	f := newFixture(t, "default:\n  enforce: false\nroutes:\n  - {name: o, path: '/orders/{id}', resource: 'o/{id}'}\n", nil)
+	for _, c := range []struct{ method, target string }{{"PUT", "/x/..%2Forders/2"}, {"put", "/orders/2"}} {
+		resp, body := f.do(c.method, c.target)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, TypeBadRequest) {
+			t.Errorf("%s %s: status %d, want 400 bad-request (%s)", c.method, c.target, resp.StatusCode, body)
+		}
+	}
+	if got := requestsOf(f.metrics, "default", "bad_request"); got != 2 {
+		t.Errorf("bad_request on the default rule = %v, want 2", got)
+	}
+	if got := f.up.received(); len(got) != 0 {
+		t.Errorf("upstream received %+v, want nothing", got)
+	}
+	// The default rule's own refusals stay dry-run.
+	if resp, body := f.do("PUT", "/elsewhere"); resp.StatusCode != 200 {
+		t.Errorf("PUT /elsewhere: status %d, want 200 (dry run) (%s)", resp.StatusCode, body)
+	}
+	if got := requestsOf(f.metrics, "default", "would_missing"); got != 1 {
+		t.Errorf("would_missing on the default rule = %v, want 1", got)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
@@ -74,6 +75,13 @@ func start(t *testing.T, env map[string]string) *program {
 // startWith is start with hooks (listening is set here).
 func startWith(t *testing.T, env map[string]string, hooks serveHooks) *program {
 	t.Helper()
+	return startLoaded(t, config.Load, env, hooks)
+}
+
+// startLoaded is startWith with load reading the environment (config.Load
+// for serve, config.LoadAuthz for the authorization mode).
+func startLoaded(t *testing.T, load func(map[string]string) (*config.Config, error), env map[string]string, hooks serveHooks) *program {
+	t.Helper()
 	full := map[string]string{
 		"FENCE_LISTEN_ADDR": "127.0.0.1:0",
 		"FENCE_ADMIN_ADDR":  "127.0.0.1:0",
@@ -82,7 +90,7 @@ func startWith(t *testing.T, env map[string]string, hooks serveHooks) *program {
 	for k, v := range env {
 		full[k] = v
 	}
-	cfg, err := loadConfig(full)
+	cfg, err := loadConfigWith(load, full)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -122,33 +118,22 @@ func TestUnknownExporterStopsTheStart(t *testing.T) {
 	}
 }
 
-// traceUpstream records the trace headers and request id of every request.
-type traceUpstream struct {
-	*httptest.Server
-	mu   sync.Mutex
-	seen []http.Header
-}
+// traceUpstream records the headers (trace context, request id) of every
+// request.
+type traceUpstream = recorder[http.Header]
 
 func newTraceUpstream(t *testing.T) *traceUpstream {
-	u := &traceUpstream{}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.mu.Lock()
-		u.seen = append(u.seen, r.Header.Clone())
-		u.mu.Unlock()
-		_, _ = w.Write([]byte("ok"))
-	}))
-	t.Cleanup(u.Close)
-	return u
+	return newRecorder(t, func(r *http.Request, _ []byte) http.Header { return r.Header.Clone() })
 }
 
-func (u *traceUpstream) last(t *testing.T) http.Header {
+// last is the last request received; the test fails if there is none.
+func (u *recorder[T]) last(t *testing.T) T {
 	t.Helper()
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if len(u.seen) == 0 {
+	got := u.received()
+	if len(got) == 0 {
 		t.Fatal("nothing reached the upstream")
 	}
-	return u.seen[len(u.seen)-1]
+	return got[len(got)-1]
 }
 
 // send sends method path with token and the extra header pairs, and
@@ -387,31 +372,11 @@ func TestTracingConsolePrintsSpans(t *testing.T) {
 func startAuthz(t *testing.T, env map[string]string, hooks serveHooks) (*program, string) {
 	t.Helper()
 	grpcAddr := freePort(t)
-	full := map[string]string{"FENCE_LISTEN_ADDR": "127.0.0.1:0", "FENCE_ADMIN_ADDR": "127.0.0.1:0", "FENCE_LOG_LEVEL": "debug",
-		"FENCE_STORE": "memory", "FENCE_AUTHZ_GRPC_ADDR": grpcAddr}
+	full := map[string]string{"FENCE_STORE": "memory", "FENCE_AUTHZ_GRPC_ADDR": grpcAddr}
 	for k, v := range env {
 		full[k] = v
 	}
-	cfg, err := loadConfigWith(config.LoadAuthz, full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &program{logs: &syncBuffer{}}
-	addrs := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	hooks.listening = func(d, _ net.Addr) { addrs <- d }
-	go func() { done <- serve(ctx, cfg, p.logs, hooks) }()
-	select {
-	case a := <-addrs:
-		p.data = "http://" + a.String()
-	case err := <-done:
-		cancel()
-		t.Fatalf("serve: %v\n%s", err, p.logs)
-	}
-	p.stop = func() error { cancel(); return <-done }
-	t.Cleanup(func() { _ = p.stop() })
-	return p, grpcAddr
+	return startLoaded(t, config.LoadAuthz, full, hooks), grpcAddr
 }
 
 // In the authorization mode, the HTTP question's server span continues the

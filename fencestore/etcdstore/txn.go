@@ -85,6 +85,7 @@ type plan struct {
 	key    string
 	mk     []byte // key, as etcd's messages carry it
 	fl     *flightReg
+	fk     []byte // fl.key, as etcd's messages carry it (and, its prefixes, the older range)
 	leaves map[string]leaf
 	// flightPut is the put of the in-flight key, shared by every branch
 	// that admits (nil without a flight).
@@ -94,7 +95,8 @@ type plan struct {
 func newPlan(key string, a fencestore.Admission, fl *flightReg) *plan {
 	p := &plan{a: a, key: key, mk: []byte(key), fl: fl, leaves: make(map[string]leaf, 6)}
 	if fl != nil {
-		p.flightPut = putOp([]byte(fl.key), "", int64(fl.lease.id))
+		p.fk = []byte(fl.key)
+		p.flightPut = putOp(p.fk, "", int64(fl.lease.id))
 	}
 	return p
 }
@@ -104,8 +106,9 @@ func newPlan(key string, a fencestore.Admission, fl *flightReg) *plan {
 func (p *plan) request() *pb.RequestOp {
 	then := []*pb.RequestOp{getOp(p.mk), p.tree()}
 	if p.fl != nil {
+		// The range's bounds are prefixes of the flight's own key.
 		from, end, _ := olderRange(p.fl.key)
-		then = append(then, countOp([]byte(from), []byte(end)))
+		then = append(then, countOp(p.fk[:len(from)], p.fk[:len(end)]))
 	}
 	return txnOp(nil, then, nil)
 }
@@ -133,8 +136,9 @@ func (p *plan) withFlight(ops []*pb.RequestOp) []*pb.RequestOp {
 // tree returns the decision (the txn below "get mark").
 func (p *plan) tree() *pb.RequestOp {
 	a := p.a
+	n := value(a.Order())
 	if !a.HasFloor {
-		return p.admits(leaf{admitted: true, write: value(a.Order())}, nil)
+		return p.admits(n, leaf{admitted: true, write: n}, nil)
 	}
 	// Below the floor, or absent: decide against the floor, and write back
 	// what that gives (at least the floor).
@@ -143,7 +147,7 @@ func (p *plan) tree() *pb.RequestOp {
 	d, next, _ := noFloor.Decide(a.Floor, true)
 	regressed := leaf{admitted: d.Admitted, write: value(next)}
 	if d.Admitted {
-		return p.admits(regressed, &regressed)
+		return p.admits(n, regressed, &regressed)
 	}
 	// The floor refuses the token, and so does every mark at or above it:
 	// heal a mark below it, refuse.
@@ -152,15 +156,14 @@ func (p *plan) tree() *pb.RequestOp {
 		p.arm("01", regressed), p.arm("00", leaf{}))})
 }
 
-// admits is the tree of an admission that passes its floor, if it has
-// one: a mark below its bound admits it, and it writes what the mark's
-// place gives (the floor's outcome below the floor, when regressed is not
-// nil; else N below N); so does an absent mark (absent is that outcome);
+// admits is the tree of an admission, whose own mark stored is n, that
+// passes its floor, if it has one: a mark below its bound admits it, and
+// it writes what the mark's place gives (the floor's outcome below the
+// floor, when regressed is not nil; else N below N); so does an absent mark (absent is that outcome);
 // any other mark refuses it. The common case, a mark that admits, comes
 // first, so that etcd evaluates fewer comparisons. Every mark at or above
 // the bound is above the floor too.
-func (p *plan) admits(absent leaf, regressed *leaf) *pb.RequestOp {
-	n := value(p.a.Order())
+func (p *plan) admits(n string, absent leaf, regressed *leaf) *pb.RequestOp {
 	bound := n
 	if !p.a.HasSequence && p.a.Compare == fencestore.AtLeast {
 		bound = n[:padWidth] + ";"

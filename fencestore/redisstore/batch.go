@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -270,7 +271,10 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) []
 		cmds = b.execPipeline(ctx, b.client, live, rels, cmds)
 	}
 	if b.observe != nil {
-		b.observe(fencestore.RoundTrip{Admissions: len(live), Releases: len(rels), Duration: time.Since(start), Failed: ctx.Err() != nil})
+		// Failed as the etcd store reports it: the exchange gave no answer
+		// (its deadline passed, or none of its admissions got a reply).
+		failed := ctx.Err() != nil || len(live) > 0 && !slices.ContainsFunc(live, func(a *admission) bool { return a.err == nil })
+		b.observe(fencestore.RoundTrip{Admissions: len(live), Releases: len(rels), Duration: time.Since(start), Failed: failed})
 	}
 	for _, a := range live {
 		a.done <- struct{}{}

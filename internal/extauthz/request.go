@@ -2,12 +2,14 @@ package extauthz
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"golang.org/x/net/http/httpguts"
 )
 
 // malformed is why a CheckRequest cannot become an *http.Request. Its text
@@ -50,7 +52,7 @@ func newRequest(ctx context.Context, cr *authv3.CheckRequest) (*http.Request, er
 	if hr == nil {
 		return nil, errNoHTTP
 	}
-	if !isToken(hr.GetMethod()) {
+	if !httpguts.ValidHeaderFieldName(hr.GetMethod()) { // a method is a token, as a field name is
 		return nil, errMethod
 	}
 	target := hr.GetPath()
@@ -67,7 +69,7 @@ func newRequest(ctx context.Context, cr *authv3.CheckRequest) (*http.Request, er
 	if host == "" {
 		host = authority
 	}
-	if !validHost(host) {
+	if !httpguts.ValidHostHeader(host) {
 		return nil, errHost
 	}
 	// The client's X-Original-*/X-Forwarded-* were dropped by copyHeaders;
@@ -178,7 +180,7 @@ func (c *headerCopy) add(name, value string) error {
 	if strings.HasPrefix(name, ":") {
 		return nil // :method, :path, :scheme arrive as attributes
 	}
-	if !isToken(name) || !validValue(value) {
+	if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
 		return errHeader
 	}
 	key, ok := commonNames[name]
@@ -243,63 +245,5 @@ func remoteAddr(src *authv3.AttributeContext_Peer) string {
 	if sa.GetAddress() == "" {
 		return ""
 	}
-	host := sa.GetAddress()
-	b := make([]byte, 0, len(host)+8)
-	if strings.IndexByte(host, ':') >= 0 {
-		b = append(append(append(b, '['), host...), ']') // IPv6
-	} else {
-		b = append(b, host...)
-	}
-	b = strconv.AppendUint(append(b, ':'), uint64(sa.GetPortValue()), 10)
-	return string(b)
+	return net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10))
 }
-
-// isToken reports whether s is an RFC 9110 token: a method or a field name.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 0x80 || !tchar[c] {
-			return false
-		}
-	}
-	return true
-}
-
-// validValue reports whether v is a field value as net/http's server
-// accepts it: no control character other than horizontal tab.
-func validValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// validHost reports whether host can be a Host header: empty, or visible
-// ASCII other than the characters that would end an authority.
-func validHost(host string) bool {
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"/\<>?@^`+"`{|}#", c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
-var tchar = func() (t [128]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()

@@ -528,3 +528,26 @@ func TestCheckBodyCapped(t *testing.T) {
 		t.Error("truncation not logged")
 	}
 }
+
+// TestRemoteAddr: Envoy's source socket address becomes r.RemoteAddr as
+// host:port, an IPv6 host in brackets; no address, no RemoteAddr.
+func TestRemoteAddr(t *testing.T) {
+	peer := func(addr string, port uint32) *authv3.AttributeContext_Peer {
+		return &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+			SocketAddress: &corev3.SocketAddress{Address: addr, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port}},
+		}}}
+	}
+	for _, tc := range []struct {
+		src  *authv3.AttributeContext_Peer
+		want string
+	}{
+		{peer("192.0.2.10", 40123), "192.0.2.10:40123"},
+		{peer("2001:db8::1", 443), "[2001:db8::1]:443"},
+		{peer("", 443), ""},
+		{nil, ""},
+	} {
+		if got := remoteAddr(tc.src); got != tc.want {
+			t.Errorf("remoteAddr(%v) = %q, want %q", tc.src, got, tc.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"net/textproto"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -233,7 +234,7 @@ func TestConformance(t *testing.T) {
 				checkWant(t, "net/http", ref, *tc.ref)
 			}
 			for _, f := range differingFields(mine, ref) {
-				if !contains(tc.differ, f) {
+				if !slices.Contains(tc.differ, f) {
 					t.Errorf("%s: upstream %#v, net/http %#v", f, field(mine, f), field(ref, f))
 				}
 			}
@@ -472,15 +473,6 @@ func differingFields(a, b outcome) []string {
 }
 
 func field(o outcome, name string) any { return reflect.ValueOf(o).FieldByName(name).Interface() }
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
 
 func waitFor(d time.Duration, cond func() bool) bool {
 	for deadline := time.Now().Add(d); ; time.Sleep(time.Millisecond) {

@@ -6,10 +6,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // MaxInlineBody bounds the request bodies written on the handler-goroutine
@@ -281,39 +282,20 @@ func hostPort(req *http.Request) string {
 // validMethod is http.Transport's check of the method: empty (GET) or a
 // token.
 func validMethod(m string) bool {
-	return m == "" || validToken(m)
+	return m == "" || httpguts.ValidHeaderFieldName(m) // a method is a token, as a field name is
 }
 
-// validHeader is http.Transport's check of outgoing header fields: every
-// name a token, no control character but tab in a value.
+// validHeader is http.Transport's check of outgoing header fields, with
+// its functions.
 func validHeader(h http.Header) bool {
 	for name, values := range h {
-		if !validToken(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return false
 		}
 		for _, v := range values {
-			for i := 0; i < len(v); i++ {
-				if b := v[i]; b < ' ' && b != '\t' || b == 0x7f {
-					return false
-				}
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
 			}
-		}
-	}
-	return true
-}
-
-// validToken reports whether s is an RFC 9110 token.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' {
-			continue
-		}
-		if strings.IndexByte("!#$%&'*+-.^_`|~", b) < 0 {
-			return false
 		}
 	}
 	return true
