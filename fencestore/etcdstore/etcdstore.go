@@ -53,10 +53,12 @@ type Store struct {
 	expect atomic.Pointer[string]
 
 	// The drain barrier (flight.go): records are named by replica and a
-	// count, and attached to the leases in leases.
+	// count, and attached to the leases in leases; flights keeps this
+	// store's own flights and its waiters' watches.
 	replica string
 	ids     atomic.Uint64
 	leases  leases
+	flights barrier
 
 	// batch groups concurrent admissions, and the releases, into shared
 	// transactions (batch.go).
@@ -203,9 +205,12 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission, fl *flightReg
 	select {
 	case <-q.done:
 	case <-ctx.Done():
+		s.late(q) // its record may be put after all: release it then
 		return fencestore.Decision{}, s.fail(ctx, fmt.Sprintf("admit %q", q.p.key), ctx.Err())
 	}
-	return s.decide(ctx, q)
+	d, err := s.decide(ctx, q)
+	s.settle(q, d, err)
+	return d, err
 }
 
 // decide makes q's Decision from its batch's reply.
