@@ -114,10 +114,10 @@ type queued struct {
 type reply struct {
 	err    error            // the batch failed (an etcd or context error)
 	unsent bool             // and the admission was never sent (its caller gave up first)
-	lost  bool             // the identity record was not the expected one
-	found string           // the identity record found, when lost
-	rev   int64            // the batch's revision
-	rs    []*pb.ResponseOp // the replies to the admission's own transaction
+	lost   bool             // the identity record was not the expected one
+	found  string           // the identity record found, when lost
+	rev    int64            // the batch's revision
+	rs     []*pb.ResponseOp // the replies to the admission's own transaction
 }
 
 // batch is what one transaction carries: releases (in-flight keys to
@@ -145,19 +145,19 @@ type batcher struct {
 	ctx  context.Context
 	wake chan struct{} // buffered 1: there is something to send
 
-	mu       sync.Mutex
-	queue    []*queued
-	rels     map[string]time.Time // by key, its moot time: a key released twice is deleted once
-	dropped  int                  // releases dropped since a batch last took some
+	mu      sync.Mutex
+	queue   []*queued
+	rels    map[string]time.Time // by key, its moot time: a key released twice is deleted once
+	dropped int                  // releases dropped since a batch last took some
 	// relsAfter is when the releases may go again after a failure, and
 	// backoff the wait that set it (0: the last one succeeded).
 	relsAfter time.Time
 	backoff   time.Duration
-	sending  int                 // batches in flight
-	lastSent time.Time           // when the latest of them left
-	closed   bool
-	maxOps   int // lowered when etcd refuses a batch as too wide
-	maxBytes int // and as too large
+	sending   int       // batches in flight
+	lastSent  time.Time // when the latest of them left
+	closed    bool
+	maxOps    int // lowered when etcd refuses a batch as too wide
+	maxBytes  int // and as too large
 
 	// onCommit, when set (tests), learns what each transaction carries.
 	onCommit func(admissions, releases int)
