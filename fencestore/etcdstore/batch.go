@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -153,6 +154,8 @@ type batcher struct {
 	// backoff the wait that set it (0: the last one succeeded).
 	relsAfter time.Time
 	backoff   time.Duration
+	// final holds the releases queued when the store closed (flush).
+	final []rel
 	sending   int       // batches in flight
 	lastSent  time.Time // when the latest of them left
 	closed    bool
@@ -276,8 +279,8 @@ func (b *batcher) signal() {
 	}
 }
 
-// close answers every queued admission as closed, drops the queued
-// releases, and refuses new ones.
+// close answers every queued admission as closed, keeps the queued
+// releases for flush, and refuses new ones.
 func (b *batcher) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -286,7 +289,31 @@ func (b *batcher) close() {
 		q.answer(reply{err: errClosed})
 	}
 	b.queue = nil
+	now := time.Now()
+	for key, moot := range b.rels {
+		if now.Before(moot) {
+			b.final = append(b.final, rel{key: key, moot: moot})
+		}
+	}
 	clear(b.rels)
+}
+
+// flush sends, once, the releases still queued when the store closed: a
+// replica that shuts down releases what it owes rather than leave its
+// records to each waiter's bound. One that fails stays so.
+func (b *batcher) flush() {
+	b.mu.Lock()
+	rels := b.final
+	b.final = nil
+	b.mu.Unlock()
+	if len(rels) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	for chunk := range slices.Chunk(rels, b.maxOps) {
+		b.commit(ctx, batch{rels: chunk})
+	}
 }
 
 func (q *queued) answer(r reply) {

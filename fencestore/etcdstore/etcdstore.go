@@ -245,12 +245,11 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close stops the store: later calls fail with an error wrapping
 // fencestore.ErrUnavailable, and so do the admissions still queued or in
-// a batch. It drops the releases still queued, waits for those already
-// sent alone (each bounded by releaseTimeout) and closes the client. It
-// revokes no lease:
-// the requests still in flight here hold the others back until their
-// records are released or their leases expire, as a replica that died
-// would. Closing twice is harmless.
+// a batch. It waits for the releases already sent, sends those still
+// queued once (each bounded by releaseTimeout) and closes the client. It
+// revokes no lease: the requests still in flight here hold the others
+// back until their records are released or abandoned by their waiters, as
+// a replica that died would. Closing twice is harmless.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -260,6 +259,7 @@ func (s *Store) Close() error {
 		s.batch.close()
 		s.bgCancel()
 		s.bg.Wait()
+		s.batch.flush()
 		s.closeErr = s.client.Close()
 		if errors.Is(s.closeErr, context.Canceled) {
 			s.closeErr = nil // the client reports its own cancellation
