@@ -155,12 +155,12 @@ type batcher struct {
 	relsAfter time.Time
 	backoff   time.Duration
 	// final holds the releases queued when the store closed (flush).
-	final []rel
-	sending   int       // batches in flight
-	lastSent  time.Time // when the latest of them left
-	closed    bool
-	maxOps    int // lowered when etcd refuses a batch as too wide
-	maxBytes  int // and as too large
+	final    []rel
+	sending  int       // batches in flight
+	lastSent time.Time // when the latest of them left
+	closed   bool
+	maxOps   int // lowered when etcd refuses a batch as too wide
+	maxBytes int // and as too large
 
 	// onCommit, when set (tests), learns what each transaction carries.
 	onCommit func(admissions, releases int)
