@@ -371,7 +371,8 @@ func (b *batcher) next() (batch, time.Duration) {
 		b.sending++
 		b.lastSent = time.Now()
 	} else if len(b.rels) > 0 {
-		return t, time.Until(b.relsAfter)
+		// In backoff: run comes back for them (at least a moment later).
+		return t, max(time.Until(b.relsAfter), time.Millisecond)
 	}
 	return t, 0
 }

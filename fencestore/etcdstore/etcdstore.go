@@ -21,9 +21,9 @@ var (
 	_ fencestore.Keeper = (*Store)(nil)
 )
 
-// DefaultDrainPoll is how often a waiting Drain reads its range again when
-// no watch event woke it, when Options.DrainPoll is zero. The watch is what
-// wakes a Drain; this is only a net under it.
+// DefaultDrainPoll is how often the watch shared by the waiting Drains of
+// a resource reads the records they still wait for, when Options.DrainPoll
+// is zero. The watch is what wakes a Drain; this is only a net under it.
 const DefaultDrainPoll = time.Second
 
 // Options configures New. The zero value is usable, but a real deployment
@@ -35,8 +35,9 @@ type Options struct {
 	// Logger receives warnings (a release that failed, a corrupt mark an
 	// operator reset). If nil, nothing is logged.
 	Logger *zap.Logger
-	// DrainPoll is how often a Drain that no watch event woke reads its
-	// range again. Zero means DefaultDrainPoll.
+	// DrainPoll is how often the waiters' watch of a resource reads the
+	// records they still wait for (one read for them all), a net under
+	// lost watch events. Zero means DefaultDrainPoll.
 	DrainPoll time.Duration
 	// OnRoundTrip, if set, learns of every transaction that carries
 	// admissions or releases (for metrics); it must not block.
