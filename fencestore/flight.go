@@ -18,18 +18,12 @@ import (
 // The order of a request is its (token, sequence) pair, compared token
 // first; a request without a sequence comes before every request of its
 // token that has one (Mark.Before).
-//
-// A request waits only for the older requests that were in flight when it
-// was admitted (its snapshot), never for one admitted after it, whatever
-// its order: a stream of later requests cannot starve it. An older request
-// stops holding it back when its owner releases it, or once the waiter has
-// watched it, on the waiter's own monotonic clock, for the older
-// request's flight bound (Admission.Flight) plus AbandonMargin: its owner
-// is then taken to have died, frozen or lost the store, and the waiter
-// removes its record. No wall clock decides (neither the store's nor a
-// replica's), and nothing the barrier needs expires by a store's TTL; what
-// remains assumed is that the owner's and the waiter's clocks run at about
-// the same rate.
+
+// AbandonMargin is added to an older request's flight bound before a waiter that has
+// watched it that long, on its own monotonic clock, treats it as abandoned: it covers
+// the time between the owner's admission and the waiter's, and clocks that run at
+// slightly different rates.
+const AbandonMargin = time.Second
 
 // Flight is one admitted request's place in the barrier. Stores fill it;
 // callers only read Older and Expired and hand it back to Drain and Release.
@@ -66,16 +60,22 @@ func (m Mark) Before(o Mark) bool {
 	return m.HasSequence && m.Sequence < o.Sequence
 }
 
+// The waiting rule. A request waits only for the older requests that were
+// in flight when it was admitted (its snapshot), never for one admitted
+// after it, whatever its order: a stream of later requests cannot starve
+// it. An older request stops holding it back when its owner releases it,
+// or once the waiter has watched it, on the waiter's own monotonic clock,
+// for the older request's flight bound (Admission.Flight) plus
+// AbandonMargin: its owner is then taken to have died, frozen or lost the
+// store, and the waiter removes its record. No wall clock decides (neither
+// the store's nor a replica's), and nothing the barrier needs expires by a
+// store's TTL; what remains assumed is that the owner's and the waiter's
+// clocks run at about the same rate.
+
 // Order returns the place a takes in the barrier's order.
 func (a Admission) Order() Mark {
 	return Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
 }
-
-// AbandonMargin is added to an older request's flight bound before a waiter that has
-// watched it that long, on its own monotonic clock, treats it as abandoned: it covers
-// the time between the owner's admission and the waiter's, and clocks that run at
-// slightly different rates.
-const AbandonMargin = time.Second
 
 // LocalFlights is the drain barrier within one process, for the stores whose
 // marks live in the process (memory, bolt): only one process admits against

@@ -247,3 +247,42 @@ func TestDrainTargetedWakeUps(t *testing.T) {
 	}
 	t.Logf("the waiters' replica: %v", rpcs.Calls())
 }
+
+// The waiters' shared watch breaks when etcd restarts (with the release
+// made while it was down): the watch is made again, the records still
+// waited for are read, and the waiter goes once the release reaches etcd,
+// long before any bound.
+func TestDrainAcrossEtcdRestart(t *testing.T) {
+	c := etcdtest.Start(t)
+	newStore := func() *etcdstore.Store {
+		s := etcdstore.New(c.Client(t), etcdstore.Options{KeyPrefix: "restart:", DrainPoll: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	owner, waiter := newStore(), newStore()
+	older := mustAdmit(t, owner, fencestore.Admission{Resource: "r", Token: 1, Flight: time.Minute}).Flight
+	newer := mustAdmit(t, waiter, fencestore.Admission{Resource: "r", Token: 2, Flight: time.Minute}).Flight
+	defer waiter.Release(newer)
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	ch := drainAsync(waiter, ctx, newer)
+	stillWaitingFor(t, ch, 300*time.Millisecond)
+	c.Members[0].Kill()
+	owner.Release(older)
+	time.Sleep(500 * time.Millisecond)
+	c.Members[0].Restart(t)
+	d := <-ch
+	if d.err != nil || d.expired {
+		t.Fatalf("Drain = (%v, %v), want (false, nil): released across the restart", d.expired, d.err)
+	}
+}
+
+// stillWaitingFor fails the test if ch delivers within d.
+func stillWaitingFor(t *testing.T, ch <-chan drained, d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("Drain returned (%v, %v) while the older request is in flight", r.expired, r.err)
+	case <-time.After(d):
+	}
+}
