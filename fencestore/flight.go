@@ -166,6 +166,11 @@ func (l *LocalFlights) Settle(f Flight, d Decision, err error) (Decision, error)
 	}
 	l.mu.Lock()
 	e := l.own[f.Seq]
+	if e == nil { // released before it was settled: nothing to wait for
+		l.mu.Unlock()
+		d.Flight = f
+		return d, nil
+	}
 	e.seen = time.Now()
 	for id, o := range l.res[f.Key] {
 		if id != f.Seq && o.order.Before(f.Order) {
