@@ -70,10 +70,12 @@ type Admission struct {
 	// Compare applies to an admission without a sequence.
 	Compare Compare
 	// Flight, when above zero, enters the admitted request into the drain
-	// barrier (flight.go): it is in flight until Released, or for at most
-	// this long (its upstream deadline, which the store times by its own
-	// clock), and Decision.Flight says whether a request ordered before it
-	// is in flight. Zero: the request takes no part in the barrier.
+	// barrier (flight.go): it is in flight until Released, and this is its
+	// bound (its upstream deadline), kept as a duration: a waiter that has
+	// watched it for this long plus AbandonMargin, on its own monotonic
+	// clock, stops waiting for it. Decision.Flight says whether a request
+	// ordered before it was in flight when it was admitted. Zero: the
+	// request takes no part in the barrier.
 	Flight time.Duration
 	// Floor, when HasFloor, is the greatest mark this replica saw for the
 	// resource before (its mark cache). A stored mark below it, or none,
@@ -116,10 +118,12 @@ type Store interface {
 	// Admit atomically decides a against its resource's mark (Decide) and
 	// advances the mark.
 	Admit(ctx context.Context, a Admission) (Decision, error)
-	// Drain blocks until no request for f's resource ordered before f is in
-	// flight, at this process or any other sharing the store. It returns
-	// expired true when an older request stopped holding f back by reaching
-	// its deadline rather than by being released. Past ctx it returns ctx's
+	// Drain blocks until every request for f's resource ordered before f
+	// that was in flight when f was admitted (at this process or any other
+	// sharing the store) was released, or was abandoned: watched by this
+	// waiter, on its own monotonic clock, for its Admission.Flight plus
+	// AbandonMargin. Requests admitted after f never hold it back. It
+	// returns expired true when an older request was abandoned. Past ctx it returns ctx's
 	// error (unwrapped, so the caller can tell which bound it was); a store
 	// that cannot answer is an error wrapping ErrUnavailable. Only a Flight
 	// whose Older is set needs it; others return at once.

@@ -3,6 +3,7 @@ package fencestore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,14 +19,21 @@ import (
 // first; a request without a sequence comes before every request of its
 // token that has one (Mark.Before).
 
+// AbandonMargin is added to an older request's flight bound before a waiter that has
+// watched it that long, on its own monotonic clock, treats it as abandoned: it covers
+// the time between the owner's admission and the waiter's, and clocks that run at
+// slightly different rates.
+const AbandonMargin = time.Second
+
 // Flight is one admitted request's place in the barrier. Stores fill it;
 // callers only read Older and Expired and hand it back to Drain and Release.
 type Flight struct {
 	// Older is set when a request for the same resource ordered before this
 	// one was in flight when it was admitted: call Drain before forwarding.
 	Older bool
-	// Expired counts the older requests the store found past their
-	// deadlines (and dropped) when it admitted this one.
+	// Expired counts the older requests the store found abandoned (and
+	// dropped) when it admitted this one. The stores whose waiters time
+	// the older requests themselves (Drain) leave it 0.
 	Expired int
 	// Key and Ref identify the registration to the store that made it (the
 	// Redis store: the in-flight key and the member; LocalFlights: the
@@ -52,6 +60,18 @@ func (m Mark) Before(o Mark) bool {
 	return m.HasSequence && m.Sequence < o.Sequence
 }
 
+// The waiting rule. A request waits only for the older requests that were
+// in flight when it was admitted (its snapshot), never for one admitted
+// after it, whatever its order: a stream of later requests cannot starve
+// it. An older request stops holding it back when its owner releases it,
+// or once the waiter has watched it, on the waiter's own monotonic clock,
+// for the older request's flight bound (Admission.Flight) plus
+// AbandonMargin: its owner is then taken to have died, frozen or lost the
+// store, and the waiter removes its record. No wall clock decides (neither
+// the store's nor a replica's), and nothing the barrier needs expires by a
+// store's TTL; what remains assumed is that the owner's and the waiter's
+// clocks run at about the same rate.
+
 // Order returns the place a takes in the barrier's order.
 func (a Admission) Order() Mark {
 	return Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
@@ -65,22 +85,48 @@ func (a Admission) Order() Mark {
 // admission registered before its own decision is seen by every admission
 // decided after it, so an older request admitted just before a newer one is
 // always found, however their goroutines interleave afterwards.
+//
+// Settle takes the admitted request's snapshot: the entries ordered before
+// it that are registered at that moment. Its Drain waits for those alone,
+// so requests admitted later never hold it back, whatever their order (no
+// starvation). Each entry has a channel of its own, closed when it leaves:
+// a release wakes only the waiters blocked on that entry, never every
+// waiter of the resource.
+//
+// Nothing here reads the wall clock: every instant is a time.Time taken
+// with time.Now in this process and never stripped of its monotonic
+// reading, and the only durations measured are between two such
+// instants. A waiter treats an entry of its snapshot as abandoned once it
+// has watched it, from its own Settle, for the entry's bound
+// (Admission.Flight) plus AbandonMargin; it then removes the entry, as the
+// owner's release would, and Drain reports expired.
 type LocalFlights struct {
-	mu   sync.Mutex
-	res  map[string]*localFlights
+	mu sync.Mutex
+	// res holds the entries in flight of each resource, by registration
+	// number: what Settle scans for older entries.
+	res map[string]map[uint64]*localFlight
+	// own holds every registration until its owner releases it, even once
+	// a waiter abandoned it (removed it from res): its snapshot is still
+	// what its own Drain waits for.
+	own  map[uint64]*localFlight
 	next uint64
-}
-
-type localFlights struct {
-	entries map[uint64]localFlight
-	// wake is closed (and replaced) when an entry leaves while someone
-	// waits: the waiters then look again.
-	wake chan struct{}
+	// wakes counts the times a blocked Drain woke up, for the tests that
+	// check that a release wakes only the waiters whose snapshot holds it.
+	wakes atomic.Uint64
 }
 
 type localFlight struct {
-	order    Mark
-	deadline time.Time
+	key   string // its resource
+	id    uint64 // its registration number
+	order Mark
+	bound time.Duration
+	// gone is closed when the entry leaves res: released by its owner, or
+	// abandoned by a waiter.
+	gone chan struct{}
+	// Set by Settle, read-only after: when the owner learned of its
+	// snapshot (its waiter's watch begins there), and the snapshot.
+	seen  time.Time
+	older []*localFlight
 }
 
 // Begin registers a as in flight for a.Flight, before the store decides it.
@@ -89,25 +135,27 @@ func (l *LocalFlights) Begin(a Admission) Flight {
 	if a.Flight <= 0 {
 		return Flight{}
 	}
-	deadline := time.Now().Add(a.Flight)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.res == nil {
-		l.res = make(map[string]*localFlights)
+		l.res = make(map[string]map[uint64]*localFlight)
+		l.own = make(map[uint64]*localFlight)
 	}
 	set := l.res[a.Resource]
 	if set == nil {
-		set = &localFlights{entries: make(map[uint64]localFlight, 1)}
+		set = make(map[uint64]*localFlight, 1)
 		l.res[a.Resource] = set
 	}
 	l.next++
-	set.entries[l.next] = localFlight{order: a.Order(), deadline: deadline}
+	e := &localFlight{key: a.Resource, id: l.next, order: a.Order(), bound: a.Flight, gone: make(chan struct{})}
+	set[l.next] = e
+	l.own[l.next] = e
 	return Flight{Key: a.Resource, Seq: l.next, Order: a.Order()}
 }
 
 // Settle finishes an admission that Begin registered: an admitted request
-// keeps its registration, and learns whether an older one is in flight; a
-// refused or failed one is released at once.
+// keeps its registration and takes its snapshot of the older entries in
+// flight; a refused or failed one is released at once.
 func (l *LocalFlights) Settle(f Flight, d Decision, err error) (Decision, error) {
 	if !f.Registered() {
 		return d, err
@@ -117,88 +165,90 @@ func (l *LocalFlights) Settle(f Flight, d Decision, err error) (Decision, error)
 		return d, err
 	}
 	l.mu.Lock()
-	older, expired, _ := l.scan(f, time.Now())
+	e := l.own[f.Seq]
+	if e == nil { // released before it was settled: nothing to wait for
+		l.mu.Unlock()
+		d.Flight = f
+		return d, nil
+	}
+	e.seen = time.Now()
+	for id, o := range l.res[f.Key] {
+		if id != f.Seq && o.order.Before(f.Order) {
+			e.older = append(e.older, o)
+		}
+	}
 	l.mu.Unlock()
-	f.Older, f.Expired = older, expired
+	f.Older = len(e.older) > 0
 	d.Flight = f
 	return d, nil
 }
 
-// scan reports whether a live entry ordered before f is in f's set, and the
-// earliest deadline among those; it drops the entries past their deadline
-// (counting the older ones). l.mu is held.
-func (l *LocalFlights) scan(f Flight, now time.Time) (older bool, expired int, next time.Time) {
-	set := l.res[f.Key]
-	if set == nil {
-		return false, 0, next
-	}
-	for id, e := range set.entries {
-		if !now.Before(e.deadline) {
-			delete(set.entries, id)
-			if e.order.Before(f.Order) {
-				expired++
-			}
-			continue
-		}
-		if e.order.Before(f.Order) {
-			older = true
-			if next.IsZero() || e.deadline.Before(next) {
-				next = e.deadline
-			}
-		}
-	}
-	return older, expired, next
-}
-
-// Drain waits until no entry ordered before f is in flight: each release
-// wakes it, and the earliest older deadline ends its wait when nothing is
-// released.
+// Drain waits until every entry of f's snapshot has left: released by its
+// owner, or abandoned by this waiter once it has watched it for its bound
+// plus AbandonMargin. Waiting for the entries one after the other is
+// waiting for all of them: each has its own absolute time of abandonment.
 func (l *LocalFlights) Drain(ctx context.Context, f Flight) (bool, error) {
+	if !f.Older {
+		return false, nil
+	}
+	l.mu.Lock()
+	e := l.own[f.Seq]
+	l.mu.Unlock()
+	if e == nil {
+		return false, nil // released already: it waits for nothing
+	}
 	expired := false
-	for {
-		l.mu.Lock()
-		older, n, next := l.scan(f, time.Now())
-		expired = expired || n > 0
-		if !older {
-			l.mu.Unlock()
-			return expired, nil
-		}
-		set := l.res[f.Key]
-		if set.wake == nil {
-			set.wake = make(chan struct{})
-		}
-		wake := set.wake
-		l.mu.Unlock()
-
-		t := time.NewTimer(time.Until(next))
+	for _, o := range e.older {
 		select {
-		case <-wake:
+		case <-o.gone:
+			continue
+		default:
+		}
+		t := time.NewTimer(time.Until(e.seen.Add(o.bound + AbandonMargin)))
+		select {
+		case <-o.gone:
+			l.wakes.Add(1)
 		case <-t.C:
+			l.wakes.Add(1)
+			l.remove(o)
+			expired = true
 		case <-ctx.Done():
 			t.Stop()
 			return expired, ctx.Err()
 		}
 		t.Stop()
 	}
+	return expired, nil
 }
 
-// Release ends f's flight and wakes whoever waits on its resource.
+// Release ends f's flight and wakes the waiters whose snapshot holds it.
 func (l *LocalFlights) Release(f Flight) {
 	if !f.Registered() {
 		return
 	}
 	l.mu.Lock()
+	e := l.own[f.Seq]
+	delete(l.own, f.Seq)
+	l.mu.Unlock()
+	if e != nil {
+		l.remove(e)
+	}
+}
+
+// remove takes e out of its resource's entries and closes its channel,
+// once: the owner's release and a waiter's abandonment may both come.
+func (l *LocalFlights) remove(e *localFlight) {
+	l.mu.Lock()
 	defer l.mu.Unlock()
-	set := l.res[f.Key]
-	if set == nil {
+	select {
+	case <-e.gone:
 		return
+	default:
 	}
-	delete(set.entries, f.Seq)
-	if set.wake != nil {
-		close(set.wake)
-		set.wake = nil
-	}
-	if len(set.entries) == 0 {
-		delete(l.res, f.Key)
+	close(e.gone)
+	set := l.res[e.key]
+	delete(set, e.id)
+	if len(set) == 0 {
+		delete(l.res, e.key)
 	}
 }

@@ -42,7 +42,11 @@ import (
 // for, so a release made before an admission was queued goes in the same
 // transaction, ahead of it, or in an earlier one. Nobody waits for a
 // release; releases alone go out when no admission is queued. A release
-// that fails is logged, and its record stays until its lease expires.
+// whose transaction failed (etcd down, a timeout, a failover) is queued
+// again, and the releases wait a backoff (50ms doubling to 2s, reset by a
+// success) before they go again, until etcd acknowledges them or they are
+// moot (each has its own moot time, flight.go). A deletion of a key that
+// is gone already succeeds, so sending one twice is harmless.
 //
 // Failures. A transaction is atomic. An error that says etcd applied none
 // of it, and that one of its parts can cause (a lease etcd does not have;
@@ -83,9 +87,13 @@ const (
 	// key, at most (tags and lengths).
 	deleteBytes = 16
 	// maxQueuedReleases bounds the releases waiting to be sent (an etcd
-	// that does not answer); past it a release is dropped, and its key
-	// waits for its lease.
+	// that does not answer); past it a release is dropped, and its record
+	// holds each waiter until that waiter abandons it.
 	maxQueuedReleases = 64 * 1024
+	// minReleaseBackoff and maxReleaseBackoff bound the wait before
+	// releases whose transaction failed go again.
+	minReleaseBackoff = 50 * time.Millisecond
+	maxReleaseBackoff = 2 * time.Second
 )
 
 // queued is one admission waiting for its batch.
@@ -104,18 +112,25 @@ type queued struct {
 
 // reply is what a batch gave one admission.
 type reply struct {
-	err   error            // the batch failed (an etcd or context error)
-	lost  bool             // the identity record was not the expected one
-	found string           // the identity record found, when lost
-	rev   int64            // the batch's revision
-	rs    []*pb.ResponseOp // the replies to the admission's own transaction
+	err    error            // the batch failed (an etcd or context error)
+	unsent bool             // and the admission was never sent (its caller gave up first)
+	lost   bool             // the identity record was not the expected one
+	found  string           // the identity record found, when lost
+	rev    int64            // the batch's revision
+	rs     []*pb.ResponseOp // the replies to the admission's own transaction
 }
 
 // batch is what one transaction carries: releases (in-flight keys to
 // delete) and admissions.
 type batch struct {
-	rels []string
+	rels []rel
 	adms []*queued
+}
+
+// rel is one release: an in-flight key to delete, and when trying is moot.
+type rel struct {
+	key  string
+	moot time.Time
 }
 
 type batcher struct {
@@ -130,12 +145,18 @@ type batcher struct {
 	ctx  context.Context
 	wake chan struct{} // buffered 1: there is something to send
 
-	mu       sync.Mutex
-	queue    []*queued
-	rels     map[string]struct{} // a set: a key released twice is deleted once
-	dropped  int                 // releases dropped since a batch last took some
-	sending  int                 // batches in flight
-	lastSent time.Time           // when the latest of them left
+	mu      sync.Mutex
+	queue   []*queued
+	rels    map[string]time.Time // by key, its moot time: a key released twice is deleted once
+	dropped int                  // releases dropped since a batch last took some
+	// relsAfter is when the releases may go again after a failure, and
+	// backoff the wait that set it (0: the last one succeeded).
+	relsAfter time.Time
+	backoff   time.Duration
+	// final holds the releases queued when the store closed (flush).
+	final    []rel
+	sending  int       // batches in flight
+	lastSent time.Time // when the latest of them left
 	closed   bool
 	maxOps   int // lowered when etcd refuses a batch as too wide
 	maxBytes int // and as too large
@@ -160,7 +181,7 @@ func newBatcher(client *clientv3.Client, identity string, log *zap.Logger, ctx c
 		log:      log,
 		ctx:      ctx,
 		wake:     make(chan struct{}, 1),
-		rels:     make(map[string]struct{}),
+		rels:     make(map[string]time.Time),
 		maxOps:   defaultMaxTxnOps,
 		maxBytes: maxBatchBytes,
 	}
@@ -200,24 +221,6 @@ func (b *batcher) add(q *queued) bool {
 	return true
 }
 
-// release queues the deletion of an in-flight key.
-func (b *batcher) release(key string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
-	}
-	if len(b.rels) >= maxQueuedReleases {
-		if b.dropped++; b.dropped == 1 {
-			b.log.Warn("too many releases queued: dropping some, whose records hold later requests until their leases expire",
-				zap.Int("queued", len(b.rels)))
-		}
-		return
-	}
-	b.rels[key] = struct{}{}
-	b.signal()
-}
-
 // signal wakes run. b.mu is held.
 func (b *batcher) signal() {
 	select {
@@ -226,8 +229,8 @@ func (b *batcher) signal() {
 	}
 }
 
-// close answers every queued admission as closed, drops the queued
-// releases, and refuses new ones.
+// close answers every queued admission as closed, keeps the queued
+// releases for flush, and refuses new ones.
 func (b *batcher) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -236,6 +239,12 @@ func (b *batcher) close() {
 		q.answer(reply{err: errClosed})
 	}
 	b.queue = nil
+	now := time.Now()
+	for key, moot := range b.rels {
+		if now.Before(moot) {
+			b.final = append(b.final, rel{key: key, moot: moot})
+		}
+	}
 	clear(b.rels)
 }
 
@@ -293,6 +302,9 @@ func (b *batcher) next() (batch, time.Duration) {
 	if !t.empty() {
 		b.sending++
 		b.lastSent = time.Now()
+	} else if len(b.rels) > 0 {
+		// In backoff: run comes back for them (at least a moment later).
+		return t, max(time.Until(b.relsAfter), time.Millisecond)
 	}
 	return t, 0
 }
@@ -332,11 +344,19 @@ func (b *batcher) take() batch {
 	}
 	clear(b.queue[len(rest):])
 	b.queue = rest
-	for key := range b.rels {
+	now := time.Now()
+	if now.Before(b.relsAfter) {
+		return t // the releases wait out their backoff
+	}
+	for key, moot := range b.rels {
+		if !now.Before(moot) {
+			delete(b.rels, key) // no waiter waits for it any longer
+			continue
+		}
 		if len(t.adms)+len(t.rels)+1+depth > b.maxOps || size+len(key)+deleteBytes > b.maxBytes {
 			break
 		}
-		t.rels = append(t.rels, key)
+		t.rels = append(t.rels, rel{key: key, moot: moot})
 		size += len(key) + deleteBytes
 		delete(b.rels, key)
 	}
@@ -382,7 +402,7 @@ func live(adms []*queued) []*queued {
 	out := adms[:0]
 	for _, q := range adms {
 		if err := q.ctx.Err(); err != nil {
-			q.answer(reply{err: err})
+			q.answer(reply{err: err, unsent: true})
 			continue
 		}
 		out = append(out, q)
@@ -411,9 +431,12 @@ func (b *batcher) commit(ctx context.Context, t batch) {
 		b.commit(ctx, second)
 		return
 	}
-	if err != nil && len(t.rels) > 0 {
-		b.log.Warn("a release failed: its records hold later requests until their leases expire",
-			zap.Int("records", len(t.rels)), zap.Error(err))
+	switch {
+	case err != nil && len(t.rels) > 0:
+		b.log.Debug("releases failed: sent again after a backoff", zap.Int("records", len(t.rels)), zap.Error(err))
+		b.retry(t.rels)
+	case len(t.rels) > 0:
+		b.acked()
 	}
 	deliver(t, resp, clientv3.ContextError(ctx, err))
 }
@@ -422,9 +445,9 @@ func (b *batcher) commit(ctx context.Context, t batch) {
 // the identity check that the admissions expect.
 func (b *batcher) request(t batch) *pb.TxnRequest {
 	dels := make([]*pb.RequestOp, len(t.rels))
-	for i, key := range t.rels {
+	for i, r := range t.rels {
 		dels[i] = &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{
-			RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(key)}}}
+			RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(r.key)}}}
 	}
 	then := make([]*pb.RequestOp, 0, len(dels)+len(t.adms))
 	then = append(then, dels...)
@@ -487,8 +510,8 @@ func refusedWhole(err error) bool {
 // defaults): a few refusals find a batch that passes.
 func (b *batcher) lower(err error, t batch) {
 	size, depth := 0, 0
-	for _, key := range t.rels {
-		size += len(key) + deleteBytes
+	for _, r := range t.rels {
+		size += len(r.key) + deleteBytes
 	}
 	for _, q := range t.adms {
 		size += q.size

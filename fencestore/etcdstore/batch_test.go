@@ -32,7 +32,7 @@ func TestBatchTake(t *testing.T) {
 		}
 		return out
 	}
-	b := &batcher{rels: map[string]struct{}{}, maxOps: 10, maxBytes: 1000}
+	b := &batcher{rels: map[string]time.Time{}, maxOps: 10, maxBytes: 1000}
 	b.queue = []*queued{q("a", "", 10, 3), q("b", "", 10, 3), q("a", "", 10, 3), q("c", "x", 10, 3),
 		q("d", "", 10, 4), q("e", "", 10, 3), q("f", "", 10, 3), q("g", "", 10, 3)}
 	// a, b, d: 3 admissions at depth 4 make 7; e would make 8, f 9, g 10.
@@ -63,7 +63,7 @@ func TestBatchTake(t *testing.T) {
 
 	// Releases: as many as the ops left after the admissions' widest path.
 	for i := range 20 {
-		b.rels[fmt.Sprintf("r%02d", i)] = struct{}{}
+		b.rels[fmt.Sprintf("r%02d", i)] = time.Now().Add(time.Hour)
 	}
 	b.queue = []*queued{q("a", "", 10, 3), q("b", "", 10, 3)}
 	got = b.take()
@@ -77,7 +77,7 @@ func TestBatchTake(t *testing.T) {
 	b.maxOps = 40
 	clear(b.rels)
 	for i := range 100 {
-		b.rels[fmt.Sprintf("r%02d", i)] = struct{}{}
+		b.rels[fmt.Sprintf("r%02d", i)] = time.Now().Add(time.Hour)
 		b.queue = append(b.queue, q(fmt.Sprint(i), "", 10, 3))
 	}
 	if got = b.take(); len(got.rels) != 20 || len(got.adms) != 40-20-3 {
@@ -88,7 +88,7 @@ func TestBatchTake(t *testing.T) {
 // While a batch is in flight, another leaves only for a long queue, or
 // once the one in flight has taken stuckAfter.
 func TestBatchNext(t *testing.T) {
-	b := &batcher{rels: map[string]struct{}{}, maxOps: defaultMaxTxnOps, maxBytes: maxBatchBytes}
+	b := &batcher{rels: map[string]time.Time{}, maxOps: defaultMaxTxnOps, maxBytes: maxBatchBytes}
 	add := func(n int) {
 		for range n {
 			b.queue = append(b.queue, &queued{p: &plan{key: fmt.Sprint(len(b.queue))}, size: 10, depth: 7})
@@ -162,7 +162,7 @@ func TestBatchFrozenMember(t *testing.T) {
 
 func TestBatchHalves(t *testing.T) {
 	adm := func(n int) []*queued { return make([]*queued, n) }
-	rel := func(n int) []string { return make([]string, n) }
+	rel := func(n int) []rel { return make([]rel, n) }
 	for _, c := range []batch{{adms: adm(2)}, {rels: rel(2)}, {rels: rel(1), adms: adm(1)}, {rels: rel(5), adms: adm(1)},
 		{rels: rel(1), adms: adm(6)}, {rels: rel(3), adms: adm(4)}} {
 		a, b := c.halves()
@@ -251,7 +251,7 @@ func TestBatchOneTransaction(t *testing.T) {
 	// Sent by hand, not through the queue: the first transaction holds the
 	// release and every admission but the second of "stale" (take never
 	// puts two of one resource together: TestBatchTake).
-	bs.batch.send(batch{rels: []string{older.Flight.Key}, adms: append(slices.Clone(qs[:4]), qs[5])})
+	bs.batch.send(batch{rels: []rel{{key: older.Flight.Key, moot: time.Now().Add(time.Hour)}}, adms: append(slices.Clone(qs[:4]), qs[5])})
 	bs.batch.send(batch{adms: qs[4:5]})
 	if got := bs.sent(); !slices.Equal(got[len(got)-2:], [][2]int{{5, 1}, {1, 0}}) {
 		t.Errorf("transactions sent (admissions, releases): %v", got)

@@ -1,7 +1,7 @@
 // Package etcdstore is the fencestore.Store and fencestore.Keeper in etcd
 // (the v3 API, through go.etcd.io/etcd/client/v3): marks that are
 // linearizable and survive the loss of a minority of members, and a drain
-// barrier across replicas timed by etcd's leases.
+// barrier across replicas timed by each waiter's own monotonic clock.
 //
 //	client, err := etcdstore.NewClient(etcdstore.ClientOptions{Endpoints: eps, ...})
 //	store := etcdstore.New(client, etcdstore.Options{KeyPrefix: "fence:", Logger: log})
@@ -36,7 +36,8 @@
 //     (the token in 20 digits, ':', the sequence in 20 digits or 20 '-' for
 //     none, so that the bytes sort as fencestore.Mark.Before orders), '/',
 //     and an id (the replica's 16 random hex digits, '.', a count in 16 hex
-//     digits). The value is empty; the key carries a lease. The length
+//     digits). The value is the request's flight bound in nanoseconds;
+//     the key carries a lease for garbage collection only. The length
 //     keeps the ranges of two resources apart whatever bytes their names
 //     hold. Resource names that begin with a NUL byte are the store's own:
 //     an admission, Get or Raise of such a name (or of "") fails with an
@@ -114,50 +115,56 @@
 // # The drain barrier
 //
 // An admission with Admission.Flight, once admitted, puts its in-flight
-// key in the same transaction, with a lease, and counts the keys of its
-// resource ordered before it (a range read ending at its own order, so
-// equal orders never wait): Decision.Flight.Older is that count above
-// zero. Drain opens a watch on that range and waits until etcd has
-// created it, then reads the range; a release or an expiry before the
-// watch began is missing from the read, one after it is an event, so
-// nothing is missed. After every deletion (and every Options.DrainPoll, 1s,
-// and after a broken watch: a lost leader, since the watch requires one)
-// it reads the range again, and returns when the read finds it empty. (A
-// watch from the admission's revision would be as exact, but etcd serves a
-// watch that begins in the past from its unsynced group, caught up every
-// 100ms: measured, that delayed wakes by up to 100ms.) Release queues the
-// key for deletion and returns; the deletion rides the next batch, ahead
-// of its admissions (so a release made before an admission was queued
-// goes in the same transaction, ahead of it, or in an earlier one), or
-// goes with other releases alone when no admission waits. A Drain wakes
-// about 2ms (median) after another replica's Release on one member.
+// key in the same transaction (its value the flight bound in nanoseconds,
+// canonical decimal), and reads the keys of its resource ordered before it
+// (a range ending at its own order, so equal orders never wait), with
+// their values: its snapshot, at no extra round trip.
+// Decision.Flight.Older is a non-empty snapshot, which the store keeps
+// beside the Flight until Release.
 //
-// Leases time the flights on etcd's clock, not the replica's: nothing ever
-// keeps a lease alive, so a replica that dies, freezes or loses etcd holds
-// the others back until its leases expire, and a replica that resumes
-// cannot extend them. A lease's TTL is the flight in whole seconds,
-// rounded up, plus one second; a replica shares one lease among its
-// admissions of the same TTL for as long as the lease still covers each
-// new flight (judged from when the grant was sent, which is before etcd
-// starts timing it), and grants its successor in the background half a
-// second after, so admissions do not wait for grants (about two grants a
-// second per flight length while a replica admits; none while idle). So a
-// record outlives its flight by less than 2s (the second of slack and the
-// rounding), plus etcd's expiry check, which runs every 500ms and commits
-// the revocation through raft, and never lives less than its flight. Two
-// more things make a record live longer, never shorter: etcd's least TTL
-// (1.5 election timeouts, 1.5s at the defaults, so about 2s) raises short
-// flights, and a new leader renews every lease to its full TTL and an
-// election timeout (etcd does so on every election, unless it checkpoints
-// leases), so a failover can hold a record for about one more TTL.
+// Drain waits for that snapshot only: a record put after the admission
+// never holds it back (no starvation). The waiters of one resource in one
+// process share one watch of its records (flightwatch.go), opened by the
+// first and closed with the last; a deletion is handed to the waiters
+// whose snapshot holds the key, through a channel of each, so a release
+// wakes only the waiters it may unblock, and costs the others no read.
+// The watch begins "from now" and remembers what it saw deleted; a waiter
+// admitted before the watch began reads what remains of its snapshot once
+// after joining (a linearizable read), so no deletion is missed. Each time
+// the watch is made again (a lost leader: it requires one; a broken
+// stream), and every Options.DrainPoll (1s) while it has waiters, the
+// watcher reads the keys its waiters still wait for, one read for all.
+// (A watch from the admission's revision would need no read, but etcd
+// serves a watch that begins in the past from its unsynced group, caught
+// up every 100ms: measured, that delayed wake-ups by up to 100ms.)
 //
-// Drain's expired result: a deletion looks the same in a watch whether a
-// release or a lease's expiry made it, so Drain looks up the lease of each
-// older record it saw deleted (from the event's previous value), and one
-// that etcd no longer has counts as an expiry. That is an approximation: a
-// record released just before its lease expired counts as expired too.
-// Flight.Expired is always 0, since etcd itself removes expired records
-// before an admission can find them.
+// A record stops holding a waiter back when it is deleted (released), or
+// once the waiter has watched it, on its own monotonic clock, from its own
+// admission's reply, for the record's bound plus fencestore.AbandonMargin:
+// its owner died, froze or lost etcd. The waiter then queues the record's
+// deletion and Drain reports expired. Nothing of etcd's clock decides:
+// each record carries a lease, but its TTL is the bound plus two days
+// (gcAfter), only so that etcd collects records that nobody released and
+// nobody waited for; a replica shares one lease among its admissions of a
+// flight length for a day, and grants the next in the background. A
+// record without a bound in its value is timed with the waiter's own.
+// Flight.Expired is always 0.
+//
+// Release forgets the snapshot and queues the key for deletion; the
+// deletion rides the next batch, ahead of its admissions (so a release
+// made before an admission was queued goes in the same transaction, ahead
+// of it, or in an earlier one), or goes with other releases alone when no
+// admission waits. A transaction of releases that fails is queued again
+// after a backoff (50ms doubling to 2s), until etcd acknowledges it or it
+// is moot: the request's bound plus the margin has passed since its
+// admission, on this process's clock. Close sends the releases still
+// queued, once. An admission whose caller gave up before its batch
+// answered (FENCE_STORE_TIMEOUT: the request got 503, nothing was
+// forwarded) may have been applied all the same: its record is released
+// once the batch answers, so the deletion comes after the put; if the
+// transaction timed out at the client and etcd applies it later still,
+// the waiters' own bound ends the wait. A Drain wakes a few milliseconds
+// (median) after another replica's Release on one member.
 //
 // # What survives, and what does not
 //
@@ -178,8 +185,8 @@
 // admission then fails with a *fencestore.LostError), but a restore from a
 // snapshot that already had the record sets marks back without a trace:
 // only the replicas' mark caches (Admission.Floor) heal the resources they
-// remember. The barrier trusts etcd's clock to run at the rate of the
-// replicas'. Each admission that moves a mark, and each flight (its put and
+// remember. The barrier assumes the replicas' clocks run at about the same
+// rate (fencestore.AbandonMargin covers a small drift). Each admission that moves a mark, and each flight (its put and
 // its delete), adds revisions to etcd's history: run etcd with
 // auto-compaction (e.g. --auto-compaction-mode=periodic
 // --auto-compaction-retention=1h) and defragment now and then, or the

@@ -21,9 +21,9 @@ var (
 	_ fencestore.Keeper = (*Store)(nil)
 )
 
-// DefaultDrainPoll is how often a waiting Drain reads its range again when
-// no watch event woke it, when Options.DrainPoll is zero. The watch is what
-// wakes a Drain; this is only a net under it.
+// DefaultDrainPoll is how often the watch shared by the waiting Drains of
+// a resource reads the records they still wait for, when Options.DrainPoll
+// is zero. The watch is what wakes a Drain; this is only a net under it.
 const DefaultDrainPoll = time.Second
 
 // Options configures New. The zero value is usable, but a real deployment
@@ -35,8 +35,9 @@ type Options struct {
 	// Logger receives warnings (a release that failed, a corrupt mark an
 	// operator reset). If nil, nothing is logged.
 	Logger *zap.Logger
-	// DrainPoll is how often a Drain that no watch event woke reads its
-	// range again. Zero means DefaultDrainPoll.
+	// DrainPoll is how often the waiters' watch of a resource reads the
+	// records they still wait for (one read for them all), a net under
+	// lost watch events. Zero means DefaultDrainPoll.
 	DrainPoll time.Duration
 	// OnRoundTrip, if set, learns of every transaction that carries
 	// admissions or releases (for metrics); it must not block.
@@ -53,10 +54,12 @@ type Store struct {
 	expect atomic.Pointer[string]
 
 	// The drain barrier (flight.go): records are named by replica and a
-	// count, and attached to the leases in leases.
+	// count, and attached to the leases in leases; flights keeps this
+	// store's own flights and its waiters' watches.
 	replica string
 	ids     atomic.Uint64
 	leases  leases
+	flights barrier
 
 	// batch groups concurrent admissions, and the releases, into shared
 	// transactions (batch.go).
@@ -203,9 +206,12 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission, fl *flightReg
 	select {
 	case <-q.done:
 	case <-ctx.Done():
+		s.late(q) // its record may be put after all: release it then
 		return fencestore.Decision{}, s.fail(ctx, fmt.Sprintf("admit %q", q.p.key), ctx.Err())
 	}
-	return s.decide(ctx, q)
+	d, err := s.decide(ctx, q)
+	s.settle(q, d, err)
+	return d, err
 }
 
 // decide makes q's Decision from its batch's reply.
@@ -240,12 +246,11 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close stops the store: later calls fail with an error wrapping
 // fencestore.ErrUnavailable, and so do the admissions still queued or in
-// a batch. It drops the releases still queued, waits for those already
-// sent alone (each bounded by releaseTimeout) and closes the client. It
-// revokes no lease:
-// the requests still in flight here hold the others back until their
-// records are released or their leases expire, as a replica that died
-// would. Closing twice is harmless.
+// a batch. It waits for the releases already sent, sends those still
+// queued once (each bounded by releaseTimeout) and closes the client. It
+// revokes no lease: the requests still in flight here hold the others
+// back until their records are released or abandoned by their waiters, as
+// a replica that died would. Closing twice is harmless.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -255,6 +260,7 @@ func (s *Store) Close() error {
 		s.batch.close()
 		s.bgCancel()
 		s.bg.Wait()
+		s.batch.flush()
 		s.closeErr = s.client.Close()
 		if errors.Is(s.closeErr, context.Canceled) {
 			s.closeErr = nil // the client reports its own cancellation

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -16,23 +18,29 @@ import (
 )
 
 // The drain barrier in etcd (doc.go has the layout). The admission
-// transaction puts the admitted request's in-flight key, attached to a
-// lease whose TTL covers the request's flight, and counts the keys of its
-// resource ordered before it. Drain watches that range until it is
-// empty; Release deletes the key in the background (with the next batch,
-// batch.go); a replica that never releases (dead, frozen, cut off) holds
-// the others back until etcd expires the lease, on etcd's clock.
+// transaction puts the admitted request's in-flight key, its flight bound
+// as the value, and reads the keys of its resource ordered before it: the
+// snapshot its Drain waits for (flightwatch.go), which this store keeps
+// beside the Flight until it is released. Release deletes the key in the
+// background (with the next batch, batch.go), and a failed deletion is
+// sent again until etcd acknowledges it or no waiter can still wait for
+// it. A replica that never releases (dead, frozen, cut off) holds each
+// waiter back until that waiter has watched its record, on its own
+// monotonic clock, for the record's bound plus fencestore.AbandonMargin;
+// the waiter then deletes the record itself. No etcd clock decides: the
+// records carry a lease only so that etcd collects those nobody waits for,
+// gcAfter beyond any bound.
 
 const (
-	// leaseSlack is added to a flight's whole seconds to make its lease's
-	// TTL, so that one lease serves a replica's admissions for about this
-	// long. It is also, with the rounding up to whole seconds, the most
-	// by which a record can outlive its flight (see doc.go).
-	leaseSlack = time.Second
+	// gcAfter is added to a flight's whole seconds to make its lease's
+	// TTL: the lease only collects records that nobody released or
+	// abandoned (a replica that died with no other waiting), far beyond
+	// any waiter's bound, so that etcd's clock never decides the barrier.
+	gcAfter = 48 * time.Hour
 	// renewAfter is the age at which a lease in use has its successor
-	// granted in the background, so that steady admissions never wait for
-	// a grant.
-	renewAfter = leaseSlack / 2
+	// granted in the background: so a record's lease has at least
+	// gcAfter-renewAfter (a day) beyond its flight left when it is put.
+	renewAfter = gcAfter / 2
 	// grantTimeout bounds a lease grant (admissions waiting for it are
 	// bounded by their own contexts).
 	grantTimeout = 5 * time.Second
@@ -41,17 +49,13 @@ const (
 	// election can wait for the server's own timeout, long after a new
 	// leader would answer a new one.
 	regrantAfter = 250 * time.Millisecond
-	// releaseTimeout bounds a release: nobody waits for it, and a lost one
-	// only keeps its record until its lease expires.
+	// releaseTimeout bounds one attempt of a transaction of releases
+	// alone; a failed one is tried again (batch.go).
 	releaseTimeout = 2 * time.Second
-	// lookupTimeout bounds the lease look-up that tells an expiry from a
-	// release (expired), which only a metric depends on.
-	lookupTimeout = time.Second
 	// maxLeaseTTL is etcd's largest lease TTL (seconds).
 	maxLeaseTTL = 9_000_000_000
-	// grantAttempts bounds the grants one admission may wait for: a grant
-	// that takes longer than the slack yields a lease that cannot cover
-	// the flight, and a cluster that slow fails the admission.
+	// grantAttempts bounds the grants one admission may wait for: a
+	// cluster whose grants keep failing fails the admission.
 	grantAttempts = 3
 )
 
@@ -71,9 +75,9 @@ func (l *lease) covers(now time.Time, flight time.Duration) bool {
 }
 
 // leases keeps the lease of each TTL in use: one lease serves every
-// admission whose flight it covers, so a replica grants about two leases a
-// second per distinct flight length while it admits (one every renewAfter),
-// and none while idle.
+// admission whose flight it covers, so a replica grants one lease a day
+// per distinct flight length while it admits (one every renewAfter), and
+// none while idle.
 type leases struct {
 	s       *Store
 	mu      sync.Mutex
@@ -92,13 +96,13 @@ type grant struct {
 }
 
 // ttlFor is the TTL, in whole seconds, of the lease for a flight: rounded
-// up, plus the slack.
+// up, plus gcAfter.
 func ttlFor(flight time.Duration) int64 {
 	sec := int64(flight / time.Second)
 	if flight%time.Second != 0 {
 		sec++
 	}
-	return min(sec+int64(leaseSlack/time.Second), maxLeaseTTL)
+	return min(sec+int64(gcAfter/time.Second), maxLeaseTTL)
 }
 
 // get returns a lease that covers a flight beginning now.
@@ -139,7 +143,7 @@ func (ls *leases) get(ctx context.Context, flight time.Duration) (*lease, error)
 			return nil, ls.s.fail(ctx, "lease grant", g.err)
 		}
 	}
-	return nil, fencestore.Unavailable(fmt.Errorf("etcdstore: lease grants take longer than %v, so no lease covers a flight of %v", leaseSlack, flight))
+	return nil, fencestore.Unavailable(fmt.Errorf("etcdstore: no lease granted in %d attempts for a flight of %v", grantAttempts, flight))
 }
 
 // grant starts granting a lease of ttl seconds for b. ls.mu is held.
@@ -201,28 +205,135 @@ func (s *Store) ours(f fencestore.Flight) bool {
 	return ok && strings.HasPrefix(f.Key, s.keys.inflight)
 }
 
-// Release queues f's in-flight key for deletion and returns: nobody waits
-// for it. The deletion rides the next batch (batch.go), so that under load
-// a release costs a fraction of an etcd write. A release that fails, or
-// that is still queued when the store closes, leaves its key until its
-// lease expires.
+// ownFlight is what a store keeps of one of its admitted requests until it
+// is released: what its Drain waits for, and when its release is moot.
+type ownFlight struct {
+	rng string // its resource's flight range (flightwatch.go)
+	rev int64  // the revision of its admission
+	// seen is when the admission's reply arrived here: its waiter's watch
+	// of the snapshot begins there (a monotonic reading, never stripped).
+	seen  time.Time
+	bound time.Duration
+	// older is the snapshot: the in-flight keys ordered before it when it
+	// was admitted, each with its bound.
+	older map[string]time.Duration
+}
+
+// barrier is a store's side of the drain barrier: its own flights, and the
+// watches its waiters share (flightwatch.go).
+type barrier struct {
+	mu       sync.Mutex
+	own      map[string]*ownFlight // by in-flight key
+	watchers map[string]*watcher   // by flight range
+}
+
+// track keeps f's flight, admitted at rev, until it is released.
+func (b *barrier) track(key string, o *ownFlight) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.own == nil {
+		b.own = make(map[string]*ownFlight)
+	}
+	b.own[key] = o
+}
+
+func (b *barrier) get(key string) *ownFlight {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.own[key]
+}
+
+func (b *barrier) untrack(key string) *ownFlight {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := b.own[key]
+	delete(b.own, key)
+	return o
+}
+
+// parseBound reads an in-flight record's value: its flight bound in
+// nanoseconds, canonical decimal. A record without one is timed with the
+// waiter's own bound (a replica whose records carry none).
+func parseBound(v []byte, fallback time.Duration) time.Duration {
+	n, ok := fencestore.ParseMark(v)
+	if !ok || n == 0 || n > math.MaxInt64 {
+		return fallback
+	}
+	return time.Duration(n)
+}
+
+// boundValue is an in-flight record's value for a flight bound.
+func boundValue(d time.Duration) string { return strconv.FormatInt(int64(d), 10) }
+
+// settle finishes an admission with a flight once its batch answered: an
+// admitted one keeps its snapshot (the older records read in its
+// transaction) until released; one that failed, and whose transaction may
+// have put its record (a timeout, a reply of the wrong shape), releases
+// the record, which would otherwise hold the next requests back.
+func (s *Store) settle(q *queued, d fencestore.Decision, err error) {
+	fl := q.p.fl
+	if fl == nil {
+		return
+	}
+	if err == nil {
+		if d.Flight.Registered() {
+			s.flights.track(fl.key, &ownFlight{rng: s.keys.flightRange(q.p.a.Resource), rev: q.reply.rev,
+				seen: time.Now(), bound: q.p.a.Flight, older: fl.older})
+		}
+		return
+	}
+	var lost *fencestore.LostError
+	if q.reply.unsent || isLeaseNotFound(err) || errors.As(err, &lost) {
+		return // etcd applied nothing of it
+	}
+	s.batch.release(fl.key, time.Now().Add(q.p.a.Flight+fencestore.AbandonMargin))
+}
+
+// late releases the record of an admission whose caller gave up before its
+// batch answered (past FENCE_STORE_TIMEOUT: the request got 503 and was not
+// forwarded), once the batch answers: the transaction may have been
+// applied, and its record put, after the caller left. Releasing only then
+// keeps the deletion behind the put.
+func (s *Store) late(q *queued) {
+	if q.p.fl == nil {
+		return
+	}
+	s.goBackground(func() {
+		<-q.done
+		if !q.reply.unsent && !q.reply.lost {
+			s.batch.release(q.p.fl.key, time.Now().Add(q.p.a.Flight+fencestore.AbandonMargin))
+		}
+	})
+}
+
+// Release forgets f's snapshot and queues its in-flight key for deletion:
+// nobody waits for it. The deletion rides the next batch (batch.go), so
+// that under load a release costs a fraction of an etcd write; one that
+// fails is sent again, with backoff, until etcd acknowledges it or it is
+// moot: f's bound plus fencestore.AbandonMargin has passed since its
+// admission, on this process's monotonic clock, and every waiter that
+// found it in flight has stopped waiting for it. Releases still queued
+// when the store closes are dropped: each waiter then abandons the record
+// on its own clock, and its lease collects it after gcAfter.
 func (s *Store) Release(f fencestore.Flight) {
 	if !f.Registered() || !s.ours(f) {
 		return
 	}
-	s.batch.release(f.Key)
+	moot := time.Now().Add(fencestore.AbandonMargin)
+	if o := s.flights.untrack(f.Key); o != nil {
+		moot = o.seen.Add(o.bound + fencestore.AbandonMargin)
+	}
+	s.batch.release(f.Key, moot)
 }
 
-// Drain waits until no in-flight key of f's resource is ordered before
-// f's. It opens a watch on that range "from now" and waits until etcd has
-// created it, then reads the range: a key deleted before the watch began
-// is missing from the read, one deleted after is an event, so nothing is
-// missed. (A watch from the admission's revision would be as exact, but
-// etcd serves a watch that starts in the past from its "unsynced" group,
-// which it catches up every 100ms: a release soon after the Drain began
-// would wake it up to 100ms late, as measured.) Each deletion in the range,
-// each DrainPoll, and a broken watch (a lost leader, a closed client)
-// bring another read, until one finds the range empty.
+// Drain waits until every record of f's snapshot (the older records in
+// flight when f was admitted) is deleted, or has been watched by this
+// waiter, on its own monotonic clock, since f's admission reply, for its
+// bound plus fencestore.AbandonMargin; such a record is abandoned: Drain
+// queues its deletion and reports expired. Records put after f's
+// admission never hold it back. The waiters of one resource in this
+// process share one watch (flightwatch.go): a deletion wakes only the
+// waiters whose snapshot holds it, and costs the others nothing.
 func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 	if !f.Older {
 		return false, nil
@@ -236,151 +347,49 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 	if !s.ours(f) {
 		return false, fencestore.Unavailable(fmt.Errorf("etcdstore: drain: %q is not an in-flight key of this store", f.Key))
 	}
-	from, end, _ := olderRange(f.Key)
-	exp := &expiries{s: s, seen: make(map[clientv3.LeaseID]bool)}
-	defer exp.stop()
-	tick := time.NewTicker(s.drainPoll)
-	defer tick.Stop()
-
-	var wch clientv3.WatchChan // nil while there is no watch
-	stopWatch := func() {}
-	defer func() { stopWatch() }()
-	// watch opens the watch and waits for etcd to have created it; on
-	// failure wch stays nil, and the next tick tries again.
-	watch := func() error {
-		var wctx context.Context
-		// WithRequireLeader: a member cut off from its cluster ends the
-		// watch rather than leave it silent.
-		wctx, stopWatch = context.WithCancel(clientv3.WithRequireLeader(ctx))
-		ch := s.client.Watch(wctx, from, clientv3.WithRange(end), clientv3.WithCreatedNotify(),
-			clientv3.WithPrevKV(), clientv3.WithFilterPut())
+	o := s.flights.get(f.Key)
+	if o == nil {
+		return false, nil // released already: it waits for nothing
+	}
+	w, err := s.join(o.rng)
+	if err != nil {
+		return false, err
+	}
+	defer s.leave(w)
+	wt := &waiter{remaining: maps.Clone(o.older), wake: make(chan struct{}, 1)}
+	check := w.register(wt, o.rev)
+	defer w.unregister(wt)
+	if check {
+		// The shared watch began after f's admission: a deletion between
+		// the two is in no event, so read what remains of the snapshot.
+		if err := w.check(ctx, w.keys(wt)); err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return false, cerr
+			}
+			return false, s.fail(ctx, "drain", err)
+		}
+	}
+	expired := false
+	for {
+		left, next := w.pending(wt, o.seen)
+		if left == 0 {
+			return expired, nil
+		}
+		t := time.NewTimer(time.Until(next))
 		select {
-		case wr, ok := <-ch:
-			if ok && wr.Created && !wr.Canceled && wr.Err() == nil {
-				wch = ch
-				return nil
+		case <-wt.wake:
+		case <-t.C:
+			for key, bound := range w.due(wt, o.seen) {
+				expired = true
+				s.batch.release(key, time.Now().Add(bound+fencestore.AbandonMargin))
 			}
 		case <-ctx.Done():
-			return ctx.Err()
+			t.Stop()
+			return expired, ctx.Err()
 		case <-s.done:
-			return errClosed
+			t.Stop()
+			return expired, errClosed
 		}
-		stopWatch()
-		return nil
+		t.Stop()
 	}
-	for {
-		if wch == nil {
-			if err := watch(); err != nil {
-				return exp.any(), err
-			}
-		}
-		resp, err := s.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithCountOnly())
-		if err != nil {
-			if cerr := ctx.Err(); cerr != nil {
-				return exp.any(), cerr
-			}
-			return exp.any(), s.fail(ctx, "drain", err)
-		}
-		if resp.Count == 0 {
-			return exp.wait(), nil
-		}
-		// Wait for a deletion in the range, a tick, or a broken watch.
-	wait:
-		for {
-			select {
-			case wr, ok := <-wch:
-				if !ok || wr.Canceled || wr.Err() != nil {
-					stopWatch()
-					wch = nil
-					break wait
-				}
-				deleted := false
-				for _, ev := range wr.Events {
-					if ev.Type == mvccpb.DELETE {
-						deleted = true
-						if ev.PrevKv != nil && ev.PrevKv.Lease != 0 {
-							exp.look(clientv3.LeaseID(ev.PrevKv.Lease))
-						}
-					}
-				}
-				if deleted {
-					break wait
-				}
-			case <-tick.C:
-				break wait
-			case <-ctx.Done():
-				return exp.any(), ctx.Err()
-			case <-s.done:
-				return exp.any(), errClosed
-			}
-		}
-		if wch == nil {
-			// The watch broke: read now, and watch again at the next tick
-			// (a watch that cannot be made must not spin).
-			resp, err := s.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithCountOnly())
-			if err == nil && resp.Count == 0 {
-				return exp.wait(), nil
-			}
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				return exp.any(), ctx.Err()
-			case <-s.done:
-				return exp.any(), errClosed
-			}
-		}
-	}
-}
-
-// expiries tells whether an older record that a Drain saw deleted went by
-// its lease's expiry rather than by a release: a deletion looks the same
-// in a watch either way, so the record's lease is looked up, and one that
-// etcd no longer has counts as expired. It is an approximation (doc.go).
-type expiries struct {
-	s      *Store
-	ctx    context.Context
-	cancel context.CancelFunc
-	seen   map[clientv3.LeaseID]bool
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	found  bool
-}
-
-func (e *expiries) look(id clientv3.LeaseID) {
-	if e.seen[id] {
-		return
-	}
-	if len(e.seen) == 0 {
-		e.ctx, e.cancel = context.WithTimeout(context.Background(), lookupTimeout)
-	}
-	e.seen[id] = true
-	e.wg.Go(func() {
-		resp, err := e.s.client.TimeToLive(e.ctx, id)
-		if (err == nil && resp.TTL < 0) || isLeaseNotFound(err) {
-			e.mu.Lock()
-			e.found = true
-			e.mu.Unlock()
-		}
-	})
-}
-
-// wait waits for the look-ups and reports whether one found an expiry.
-func (e *expiries) wait() bool {
-	e.wg.Wait()
-	return e.any()
-}
-
-// any reports whether a look-up done so far found an expiry.
-func (e *expiries) any() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.found
-}
-
-// stop cuts the look-ups short and waits for them.
-func (e *expiries) stop() {
-	if e.cancel != nil {
-		e.cancel()
-	}
-	e.wg.Wait()
 }

@@ -112,13 +112,16 @@ func TestFlightKeys(t *testing.T) {
 	}
 }
 
+// A lease only collects the records nobody released or abandoned: its TTL
+// is the flight, rounded up to whole seconds, plus gcAfter (two days).
 func TestLeaseTTL(t *testing.T) {
+	gc := int64(gcAfter / time.Second)
 	for _, c := range []struct {
 		flight time.Duration
 		ttl    int64
 	}{
-		{time.Millisecond, 2}, {400 * time.Millisecond, 2}, {time.Second, 2}, {time.Second + 1, 3},
-		{30 * time.Second, 31}, {time.Duration(math.MaxInt64), maxLeaseTTL},
+		{time.Millisecond, 1 + gc}, {400 * time.Millisecond, 1 + gc}, {time.Second, 1 + gc}, {time.Second + 1, 2 + gc},
+		{30 * time.Second, 30 + gc}, {time.Duration(math.MaxInt64), maxLeaseTTL},
 	} {
 		if got := ttlFor(c.flight); got != c.ttl {
 			t.Errorf("ttlFor(%v) = %d, want %d", c.flight, got, c.ttl)

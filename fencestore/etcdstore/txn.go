@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -32,7 +33,7 @@ import (
 //	           then put N, flight           // (with a floor F: put what
 //	                                        //  Decide against F gives)
 //	           else (nothing)               // refused
-//	      count the older flights           // (with a flight) read when admitted
+//	      read the older flights            // (with a flight) read when admitted
 //	else  get identity                      // *fencestore.LostError
 //
 // N is the admission's own mark stored (the token, and ':' and the
@@ -47,9 +48,10 @@ import (
 // every mark at or above B is above the floor too. A floor that refuses
 // the token makes a smaller tree: absent or below the floor (and above
 // zeros19), put the floor's outcome back; refuse in every case. "flight"
-// is the put of the request's in-flight key with its lease (flight.go),
-// once on the path of every branch that admits; the count of the keys
-// ordered before it comes last, once, whatever branch was taken (its
+// is the put of the request's in-flight key, its bound as the value, with
+// its lease (flight.go), once on the path of every branch that admits; the
+// read of the keys ordered before it (the snapshot its Drain waits for)
+// comes last, once, whatever branch was taken (its
 // range ends below the request's own key, so the put does not change it),
 // and is read only when the admission was admitted. Every put of the mark
 // under a present value requires it above zeros19 (well formed), so that
@@ -69,6 +71,9 @@ import (
 type flightReg struct {
 	key   string // the in-flight key
 	lease *lease
+	// older is the snapshot interpret reads from the reply: the in-flight
+	// keys ordered before key, each with its bound (flight.go).
+	older map[string]time.Duration
 }
 
 // leaf is one outcome of the tree, named by the path of Succeeded flags
@@ -96,19 +101,19 @@ func newPlan(key string, a fencestore.Admission, fl *flightReg) *plan {
 	p := &plan{a: a, key: key, mk: []byte(key), fl: fl, leaves: make(map[string]leaf, 6)}
 	if fl != nil {
 		p.fk = []byte(fl.key)
-		p.flightPut = putOp(p.fk, "", int64(fl.lease.id))
+		p.flightPut = putOp(p.fk, boundValue(a.Flight), int64(fl.lease.id))
 	}
 	return p
 }
 
 // request returns the admission's own transaction: read the mark, decide,
-// and, with a flight, count the older flights.
+// and, with a flight, read the older flights (the snapshot).
 func (p *plan) request() *pb.RequestOp {
 	then := []*pb.RequestOp{getOp(p.mk), p.tree()}
 	if p.fl != nil {
 		// The range's bounds are prefixes of the flight's own key.
 		from, end, _ := olderRange(p.fl.key)
-		then = append(then, countOp(p.fk[:len(from)], p.fk[:len(end)]))
+		then = append(then, rangeOp(p.fk[:len(from)], p.fk[:len(end)]))
 	}
 	return txnOp(nil, then, nil)
 }
@@ -211,9 +216,9 @@ func getOp(key []byte) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}
 }
 
-func countOp(from, end []byte) *pb.RequestOp {
+func rangeOp(from, end []byte) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{
-		Key: from, RangeEnd: end, CountOnly: true}}}
+		Key: from, RangeEnd: end}}}
 }
 
 func putOp(key []byte, v string, lease int64) *pb.RequestOp {
@@ -230,7 +235,7 @@ func txnOp(cmps []*pb.Compare, then, els []*pb.RequestOp) *pb.RequestOp {
 var errShape = errors.New("etcdstore: unexpected transaction reply")
 
 // interpret makes the Decision from the admission's own transaction's
-// replies (request): the mark read, the branch taken, the count.
+// replies (request): the mark read, the branch taken, the older flights.
 func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, error) {
 	fail := func(err error) (fencestore.Decision, error) {
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("etcdstore: admit %q: %w", p.key, err))
@@ -282,8 +287,12 @@ func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, e
 		if r == nil {
 			return fail(errShape)
 		}
+		p.fl.older = make(map[string]time.Duration, len(r.Kvs))
+		for _, kv := range r.Kvs {
+			p.fl.older[string(kv.Key)] = parseBound(kv.Value, p.a.Flight)
+		}
 		d.Flight = fencestore.Flight{
-			Older: r.Count > 0,
+			Older: len(r.Kvs) > 0,
 			Key:   p.fl.key,
 			Ref:   strconv.FormatInt(int64(p.fl.lease.id), 16),
 			Seq:   uint64(rev),
