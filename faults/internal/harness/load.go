@@ -95,6 +95,10 @@ type loadConfig struct {
 	// refused as stale are sent again straight to the upstream, as a path
 	// that skips the sidecar would. Zero in every real run.
 	Bypass float64
+	// GiveUp is the share of requests whose client gives up (GiveUpAfter)
+	// before the upstream has finished working on them (GiveUpWork).
+	GiveUp                  float64
+	GiveUpAfter, GiveUpWork time.Duration
 }
 
 // load runs workers that send fenced writes through the replicas and record
@@ -110,6 +114,10 @@ type load struct {
 	// inflight holds, per worker, when its request in flight was sent
 	// (0: none): settled waits on it.
 	inflight []atomic.Int64
+	// gaveUp counts the requests whose client gave up (GiveUp).
+	gaveUp atomic.Int64
+	// gaveUpIDs are their ids.
+	gaveUpIDs sync.Map
 
 	mu  sync.Mutex
 	ops []check.Op
@@ -190,7 +198,15 @@ func (l *load) worker(ctx context.Context, w int) {
 			Greater:  r.Float64() < l.cfg.PGreater,
 		}
 		l.inflight[w].Store(max(l.clock.now(), 1))
-		l.do(clients[op.Replica], &op)
+		if l.cfg.GiveUp > 0 && r.Float64() < l.cfg.GiveUp {
+			l.gaveUpIDs.Store(op.ID, true)
+			l.doWith(clients[op.Replica], &op, reqOpts{work: l.cfg.GiveUpWork, giveUp: l.cfg.GiveUpAfter})
+			if op.Outcome == check.Failed && op.Status == 0 {
+				l.gaveUp.Add(1)
+			}
+		} else {
+			l.do(clients[op.Replica], &op)
+		}
 		// Each operation joins the history as it completes, so that a
 		// scenario can read what was admitted while the load runs.
 		l.mu.Lock()
@@ -209,6 +225,9 @@ func (l *load) worker(ctx context.Context, w int) {
 }
 
 func routePath(op *check.Op) string {
+	if strings.HasPrefix(op.Resource, seqResourcePrefix) {
+		return "/sq/" + op.Resource
+	}
 	if op.Greater {
 		return "/gt/" + op.Resource
 	}
@@ -219,9 +238,35 @@ func routePath(op *check.Op) string {
 // header via client.Transport) and records its outcome. The request has its
 // own context: the end of the load does not cut requests short.
 func (l *load) do(hc *http.Client, op *check.Op) {
+	l.doWith(hc, op, reqOpts{})
+}
+
+// reqOpts shape one request beyond its op.
+type reqOpts struct {
+	// work, when set, is how long the upstream works on the request
+	// (workHeader), whatever happens to the connection meanwhile.
+	work time.Duration
+	// giveUp, when set, is when the client gives up on the request and
+	// closes its connection (a client timeout shorter than the work).
+	giveUp time.Duration
+}
+
+// doWith is do with the upstream's work time and the client's own timeout.
+func (l *load) doWith(hc *http.Client, op *check.Op, o reqOpts) {
 	ctx := client.WithToken(context.Background(), op.Token)
+	if op.HasSeq {
+		ctx = client.WithSequenceNumber(ctx, op.Seq)
+	}
+	if o.giveUp > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.giveUp)
+		defer cancel()
+	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.replicas[op.Replica].URL()+routePath(op), strings.NewReader("w"))
 	req.Header.Set(RequestIDHeader, op.ID)
+	if o.work > 0 {
+		req.Header.Set(workHeader, o.work.String())
+	}
 	op.Call = l.clock.now()
 	// When the request left, on the history's clock: the slow upstream
 	// holds nothing past the proxy's deadline for it.
@@ -255,6 +300,7 @@ func setOutcome(op *check.Op, resp *http.Response, err error) {
 		switch {
 		case pe.Status == 409 && pe.HasMark:
 			op.Outcome, op.Mark = check.Stale, pe.HighWaterMark
+			op.MarkSeq, op.MarkHasSeq = pe.HighWaterSequence, pe.HasHighWaterSequence
 		case pe.Status == 503:
 			op.Outcome = check.Unavailable
 		default:
@@ -420,17 +466,45 @@ func (rd *reader) readOps(marks []uint64, call, ret int64) []check.Op {
 	return ops
 }
 
-// redisMarks parses MGET's values (a missing key is nil: mark 0).
+// redisMarks parses MGET's values (a missing key is nil: mark 0): the
+// token of each mark, which the suite's load routes store alone.
 func redisMarks(keys []string, vals []any) ([]uint64, error) {
 	marks := make([]uint64, len(vals))
 	for i, v := range vals {
 		if s, ok := v.(string); ok {
-			if _, err := fmt.Sscan(s, &marks[i]); err != nil {
-				return nil, fmt.Errorf("mark %s = %q", keys[i], s)
+			p, err := parseRedisMark(s)
+			if err != nil {
+				return nil, fmt.Errorf("mark %s: %w", keys[i], err)
 			}
+			marks[i] = p.Token
 		}
 	}
 	return marks, nil
+}
+
+// parseRedisMark parses a mark as Redis stores it, "t" or "t:s" in
+// canonical decimal, independently of the store's code.
+func parseRedisMark(s string) (check.Pair, error) {
+	num := func(x string) (uint64, bool) {
+		if x == "" || (len(x) > 1 && x[0] == '0') || strings.Trim(x, "0123456789") != "" {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(x, 10, 64)
+		return n, err == nil
+	}
+	t, sq, hasSeq := strings.Cut(s, ":")
+	var p check.Pair
+	var ok bool
+	if p.Token, ok = num(t); !ok {
+		return p, fmt.Errorf("%q is not a mark", s)
+	}
+	if hasSeq {
+		if p.Seq, ok = num(sq); !ok {
+			return p, fmt.Errorf("%q is not a mark", s)
+		}
+		p.HasSeq = true
+	}
+	return p, nil
 }
 
 // run reads every interval until ctx is done.
