@@ -136,7 +136,7 @@ func endedOrNot(h *Forward, at int64) string {
 // answered it (see Forward.Abandoned).
 func abandoned(f *Forward) string {
 	if f.Abandoned {
-		return " (the proxy gave up on it before the upstream answered: its upstream deadline)"
+		return " (the proxy closed its connection before the upstream answered: its client left, or its upstream deadline passed)"
 	}
 	return ""
 }

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,21 +14,25 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
-// herd: many waiters on one resource. No load, no mark reader: per phase,
-// n writers (1, 10, then 100) write to a resource of the phase's own for
-// herdFor, each request with a new, higher token (each a new lease) that
-// the service works on for herdWork, so that each admitted request waits
-// at the barrier for the ones admitted before it. Redis counts the
-// commands it ran (INFO stats total_commands_processed) and its CPU (INFO
-// cpu) over each phase; the figure is commands per request the store
-// decided (admitted or refused), against the one writer's. A release that
-// wakes every waiter, each of which asks the store again, makes it grow
-// with the writers; a wake of only the waiters a release may unblock keeps
-// it flat. The scenario fails when the 100 writers' figure is above
-// herdRatio times the one writer's.
+// herd: many waiters on one resource. No load, no mark reader. Per phase,
+// n writers (1, 10, then 100) write to a resource of the phase's own in
+// rounds for herdFor: in a round the writers send one request each, with
+// tokens rising in the order they are sent (each a new lease), herdGap
+// apart; the first one's service works long enough for all the others to
+// be admitted and queue behind it at the barrier, each of the others for
+// herdWork. So n-1 waiters wait on one resource, each for the ones admitted
+// before it. Redis counts the commands it ran (INFO stats
+// total_commands_processed, which counts the commands a script runs too)
+// and its CPU (INFO cpu) over each phase; the figure is commands per
+// request the store decided (admitted or refused), against the one
+// writer's. A release that wakes every waiter, each of which asks the store
+// again, makes it grow with the writers; a wake of only the waiters a
+// release may unblock keeps it flat. The scenario fails when the 100
+// writers' figure is above herdRatio times the one writer's.
 
 const (
 	herdWork  = 2 * time.Millisecond
+	herdGap   = 3 * time.Millisecond
 	herdRatio = 2.0
 )
 
@@ -93,26 +98,41 @@ func (e *env) herdPhase(ctx context.Context, n int, d time.Duration) (herdPhase,
 		return ph, err
 	}
 	deadline := time.Now().Add(d)
-	var mu sync.Mutex
 	var ops []check.Op
-	var wg sync.WaitGroup
-	for w := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hc := newClient()
-			defer hc.CloseIdleConnections()
-			for seq := 0; time.Now().Before(deadline) && ctx.Err() == nil; seq++ {
-				op := check.Op{ID: fmt.Sprintf("%s-%s-%d-%d", e.sc.name, res, w, seq), Client: 1000*n + w,
-					Replica: w % 2, Resource: res, Token: tok.Add(1)}
-				e.ld.doWith(hc, &op, reqOpts{work: herdWork})
-				mu.Lock()
-				ops = append(ops, op)
-				mu.Unlock()
-			}
-		}()
+	clients := make([]*http.Client, n)
+	for w := range clients {
+		clients[w] = newClient()
+		defer clients[w].CloseIdleConnections()
 	}
-	wg.Wait()
+	// The first request of a round is held until every other one has been
+	// sent and admitted (they queue behind it); with one writer there is
+	// nobody to queue, and the round is one plain request.
+	hold := herdWork
+	if n > 1 {
+		hold = time.Duration(n)*herdGap + 200*time.Millisecond
+	}
+	for round := 0; time.Now().Before(deadline) && ctx.Err() == nil; round++ {
+		batch := make([]check.Op, n)
+		var wg sync.WaitGroup
+		for w := range n {
+			batch[w] = check.Op{ID: fmt.Sprintf("%s-%s-%d-%d", e.sc.name, res, round, w), Client: 1000*n + w,
+				Replica: w % 2, Resource: res, Token: tok.Add(1)}
+			work := herdWork
+			if w == 0 {
+				work = hold
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.ld.doWith(clients[w], &batch[w], reqOpts{work: work})
+			}()
+			if n > 1 {
+				time.Sleep(herdGap)
+			}
+		}
+		wg.Wait()
+		ops = append(ops, batch...)
+	}
 	c1, cpu1, err := e.redisCounters()
 	if err != nil {
 		return ph, err
