@@ -108,6 +108,9 @@ type scenario struct {
 	redisEnv func(e *env) ([]string, error)
 	// noReader: no mark reader runs (herd counts the store's commands).
 	noReader bool
+	// cold: in a store-loss scenario, replica 1 is restarted once a warm
+	// replica has met the loss (lagging-failover).
+	cold bool
 	// loadCfg, when set, adjusts the load's configuration.
 	loadCfg func(e *env, c *loadConfig)
 }

@@ -48,6 +48,10 @@ func scenarios(p params) []*scenario {
 		{name: "clock-step", topo: single, redisEnv: clockEnv, inject: clockSteps, judge: judgeClockStep, fields: clockStepFields},
 		{name: "herd", topo: single, noLoad: true, noReader: true, inject: herd, judge: judgeHerd, fields: herdFields},
 		{name: "failover-barrier", topo: sentinelTwo, upstreamTimeout: failoverBarrierUpTime, inject: failoverBarrier, judge: judgeResume, fields: resumeFields},
+		// The store goes back to an older copy of itself (same identity):
+		// refused store-lost by every replica until the runbook's recovery.
+		{name: "redis-restore", topo: single, inject: restoreScenario(redisRestore), expect: expectRestore, fields: storeLossFields},
+		{name: "lagging-failover", topo: sentinelNoWait, cold: true, inject: restoreScenario(laggingFailover), expect: expectRestore, fields: storeLossFields},
 	}
 }
 
