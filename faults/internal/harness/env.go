@@ -186,6 +186,9 @@ type env struct {
 	herd []herdPhase
 	// promoted is when failover-barrier's sentinels had promoted a replica.
 	promoted int64
+	// wentBack is when a restore scenario's store went back (the kill
+	// before the restore or the promotion).
+	wentBack int64
 }
 
 type checkpoint struct {

@@ -60,11 +60,13 @@ func restoreScenario(lose func(ctx context.Context, e *env) error) func(ctx cont
 			return err
 		}
 		if e.rd != nil && e.master != nil {
+			// What the store holds now, against what was admitted before
+			// it went back: lost_marks.
 			reads, err := e.rd.snapshot(e.master.Addr())
 			if err != nil {
 				return err
 			}
-			e.checkpoint(start, reads)
+			e.checkpoint(e.wentBack, reads)
 		}
 		for _, r := range e.proxies {
 			if err := r.Kill(); err != nil {
@@ -88,6 +90,15 @@ func expectRestore(e *env, ops []check.Op) []string {
 	return expectStoreLoss(true)(e, ops)
 }
 
+// restoreFields: the store-loss figures, or in the control (no recovery)
+// the marks the store lost.
+func restoreFields(e *env, ops []check.Op, r *check.Report) []string {
+	if e.opts.Break == "coldall" {
+		return lostFields(e, ops, r)
+	}
+	return storeLossFields(e, ops, r)
+}
+
 // redisRestore: back up the AOF directory, let the load run, then put the
 // backup back under a restarted server.
 func redisRestore(ctx context.Context, e *env) error {
@@ -104,6 +115,7 @@ func redisRestore(ctx context.Context, e *env) error {
 		return err
 	}
 	pid := e.master.Pid()
+	e.wentBack = e.now()
 	if err := e.master.Kill(); err != nil {
 		return err
 	}
@@ -132,6 +144,7 @@ func laggingFailover(ctx context.Context, e *env) error {
 	}
 	old, next := e.master, e.replica
 	pid := old.Pid()
+	e.wentBack = e.now()
 	if err := old.Kill(); err != nil {
 		return err
 	}

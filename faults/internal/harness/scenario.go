@@ -50,8 +50,8 @@ func scenarios(p params) []*scenario {
 		{name: "failover-barrier", topo: sentinelTwo, upstreamTimeout: failoverBarrierUpTime, inject: failoverBarrier, judge: judgeResume, fields: resumeFields},
 		// The store goes back to an older copy of itself (same identity):
 		// refused store-lost by every replica until the runbook's recovery.
-		{name: "redis-restore", topo: single, inject: restoreScenario(redisRestore), expect: expectRestore, fields: storeLossFields},
-		{name: "lagging-failover", topo: sentinelNoWait, cold: true, inject: restoreScenario(laggingFailover), expect: expectRestore, fields: storeLossFields},
+		{name: "redis-restore", topo: single, inject: restoreScenario(redisRestore), expect: expectRestore, fields: restoreFields},
+		{name: "lagging-failover", topo: sentinelNoWait, cold: true, inject: restoreScenario(laggingFailover), expect: expectRestore, fields: restoreFields},
 	}
 }
 
