@@ -59,10 +59,10 @@ func restoreScenario(lose func(ctx context.Context, e *env) error) func(ctx cont
 		if err := lose(ctx, e); err != nil {
 			return err
 		}
-		if e.rd != nil && e.master != nil {
+		if e.rd != nil {
 			// What the store holds now, against what was admitted before
 			// it went back: lost_marks.
-			reads, err := e.rd.snapshot(e.master.Addr())
+			reads, err := e.storeSnapshot()
 			if err != nil {
 				return err
 			}
@@ -157,4 +157,70 @@ func laggingFailover(ctx context.Context, e *env) error {
 	e.logf("SIGKILL master %s pid %d with a %v replication lag; sentinels promoted %s after %v", old.Addr(), pid, replicationLag,
 		next.Addr(), time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// etcdRestore: a file-level backup of every member (all three killed,
+// their data directories copied, relaunched together, as a volume
+// snapshot of a stopped cluster), restoreAfter more of load, then every
+// member killed, its data directory replaced by the backup, and relaunched
+// together: the cluster's revision and marks go back to the backup's.
+func etcdRestore(ctx context.Context, e *env) error {
+	ms := e.etcd.Members
+	backup, err := mkdir(e.h.dir, "etcd-backup")
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		m.Kill()
+	}
+	for _, m := range ms {
+		dst, err := mkdir(backup, m.Name)
+		if err != nil {
+			return err
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(m.Dir(), "data"), dst+"/").CombinedOutput(); err != nil {
+			return fmt.Errorf("back up %s: %v: %s", m.Name, err, out)
+		}
+	}
+	if err := relaunchAll(e); err != nil {
+		return err
+	}
+	e.logf("backed up the data directories of %d members", len(ms))
+	if err := e.sleep(ctx, restoreAfter); err != nil {
+		return err
+	}
+	e.wentBack = e.now()
+	for _, m := range ms {
+		m.Kill()
+	}
+	for _, m := range ms {
+		data := filepath.Join(m.Dir(), "data")
+		if err := os.RemoveAll(data); err != nil {
+			return err
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(backup, m.Name, "data"), m.Dir()+"/").CombinedOutput(); err != nil {
+			return fmt.Errorf("restore %s: %v: %s", m.Name, err, out)
+		}
+	}
+	if err := relaunchAll(e); err != nil {
+		return err
+	}
+	e.logf("every member killed, its data directory replaced by the backup of %v before, relaunched", restoreAfter)
+	return nil
+}
+
+// relaunchAll starts every etcd member again at once (one alone has no
+// quorum to report itself healthy).
+func relaunchAll(e *env) error {
+	errs := make(chan error, len(e.etcd.Members))
+	for _, m := range e.etcd.Members {
+		go func() { errs <- m.Relaunch() }()
+	}
+	var first error
+	for range e.etcd.Members {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

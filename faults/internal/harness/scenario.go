@@ -52,6 +52,7 @@ func scenarios(p params) []*scenario {
 		// refused store-lost by every replica until the runbook's recovery.
 		{name: "redis-restore", topo: single, inject: restoreScenario(redisRestore), expect: expectRestore, fields: restoreFields},
 		{name: "lagging-failover", topo: sentinelNoWait, cold: true, inject: restoreScenario(laggingFailover), expect: expectRestore, fields: restoreFields},
+		{name: "etcd-restore", topo: etcdCluster, inject: restoreScenario(etcdRestore), expect: expectRestore, fields: restoreFields},
 	}
 }
 

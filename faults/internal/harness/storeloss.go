@@ -102,7 +102,7 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	}
 	sl.lost = e.now()
 	if e.rd != nil {
-		reads, err := e.rd.snapshot(e.master.Addr())
+		reads, err := e.storeSnapshot()
 		if err != nil {
 			return err
 		}
@@ -161,7 +161,7 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	if e.rd != nil {
 		// What the store holds now, against what was admitted before the
 		// fault: lostMarks counts what the restore left below.
-		reads, err := e.rd.snapshot(e.master.Addr())
+		reads, err := e.storeSnapshot()
 		if err != nil {
 			return err
 		}
@@ -194,6 +194,15 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	sl.ready = e.now()
 	e.fault(sl.start, -1)
 	return e.sleep(ctx, e.p.cooldown)
+}
+
+// storeSnapshot reads every mark from the store as it is now: the Redis
+// master, or every etcd member.
+func (e *env) storeSnapshot() ([]check.Op, error) {
+	if e.etcd != nil {
+		return e.etcdSnapshot(e.etcd.Members...)
+	}
+	return e.rd.snapshot(e.master.Addr())
 }
 
 // replicasReportLost waits (5 s at most each) until each replica's
