@@ -18,7 +18,7 @@ import (
 
 // Options configures Run.
 type Options struct {
-	// Mode is "short" (CI: about two minutes for all scenarios), "long"
+	// Mode is "short" (CI: about five minutes for all scenarios), "long"
 	// (longer load, more injections) or "smoke" (seconds per scenario: the
 	// suite's own tests).
 	Mode string
