@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -99,12 +100,12 @@ func Check(ops []Op, fwd []Forward, timeout time.Duration) Report {
 		case Admitted:
 			r.Admitted++
 			m, ok := est.before(op.Resource, op.Call)
-			if ok && (op.Token < m || (op.Greater && op.Token == m)) {
+			if ok && refuses(op, m) {
 				r.StaleAdmissions++
-				example("stale_admission", "%s token %d (%s) admitted by replica %d at [%v,%v], after mark %d was established",
-					op.Resource, op.Token, cmpName(op.Greater), op.Replica, ns(op.Call), ns(op.Return), m)
+				example("stale_admission", "%s %s %v (%s) admitted by replica %d at [%v,%v], after mark %v was established",
+					op.Resource, tokenWord(op.HasSeq), op.Req(), cmpName(op.Greater), op.Replica, ns(op.Call), ns(op.Return), m)
 			}
-			if m, ok := adm.before(op.Resource, op.Call); ok && (op.Token < m || (op.Greater && op.Token == m)) {
+			if m, ok := adm.before(op.Resource, op.Call); ok && refuses(op, m) {
 				r.StaleBelowAdmitted++
 			}
 		case Stale, Read:
@@ -112,10 +113,10 @@ func Check(ops []Op, fwd []Forward, timeout time.Duration) Report {
 				r.Stale++
 			}
 			m, ok := est.before(op.Resource, op.Call)
-			if ok && op.Mark < m {
+			if ok && op.MarkPair().Compare(m) < 0 {
 				r.Regressions++
-				example("regression", "%s %s reported mark %d at [%v,%v], after mark %d was established",
-					op.Resource, op.Outcome, op.Mark, ns(op.Call), ns(op.Return), m)
+				example("regression", "%s %s reported mark %v at [%v,%v], after mark %v was established",
+					op.Resource, op.Outcome, op.MarkPair(), ns(op.Call), ns(op.Return), m)
 			}
 		case Unavailable:
 			r.Unavailable++
@@ -137,10 +138,10 @@ func Check(ops []Op, fwd []Forward, timeout time.Duration) Report {
 			example("unfenced_forward", "upstream received %s token %d (id %q) at %v that no client sent through a proxy",
 				f.Resource, f.Token, f.ID, ns(f.At))
 			continue
-		case f.Token != op.Token || f.Resource != op.Resource:
+		case f.Pair() != op.Req() || f.Resource != op.Resource:
 			r.UnfencedForwards++
-			example("unfenced_forward", "upstream received %s token %d for id %q, sent as %s token %d",
-				f.Resource, f.Token, f.ID, op.Resource, op.Token)
+			example("unfenced_forward", "upstream received %s %v for id %q, sent as %s %v",
+				f.Resource, f.Pair(), f.ID, op.Resource, op.Req())
 			continue
 		case op.Refused():
 			r.UnfencedForwards++
@@ -148,13 +149,13 @@ func Check(ops []Op, fwd []Forward, timeout time.Duration) Report {
 				f.Resource, f.Token, f.ID, ns(f.At), op.Status)
 			continue
 		}
-		if m, ok := est.before(op.Resource, op.Call); ok && (f.Token < m || (op.Greater && f.Token == m)) {
+		if m, ok := est.before(op.Resource, op.Call); ok && refuses(op, m) {
 			r.UnfencedForwards++
-			example("unfenced_forward", "upstream received %s token %d (id %q, %s) at %v; mark %d was established before its call at %v",
-				f.Resource, f.Token, f.ID, cmpName(op.Greater), ns(f.At), m, ns(op.Call))
+			example("unfenced_forward", "upstream received %s %v (id %q, %s) at %v; mark %v was established before its call at %v",
+				f.Resource, f.Pair(), f.ID, cmpName(op.Greater), ns(f.At), m, ns(op.Call))
 			continue
 		}
-		if m, ok := est.before(op.Resource, f.At); ok && f.Token < m {
+		if m, ok := est.before(op.Resource, f.At); ok && f.Pair().Compare(m) < 0 {
 			r.LateForwards++
 		}
 	}
@@ -184,6 +185,20 @@ func cmpName(greater bool) string {
 
 func ns(t int64) time.Duration { return time.Duration(t).Round(time.Microsecond) }
 
+// refuses reports whether the store must refuse op's request against mark
+// m: admitting it would be a stale admission.
+func refuses(op *Op, m Pair) bool {
+	ok, _ := admitsPair(op.Req(), op.Greater, m)
+	return !ok
+}
+
+func tokenWord(seq bool) string {
+	if seq {
+		return "pair"
+	}
+	return "token"
+}
+
 // established answers, per resource, the greatest mark established by an
 // operation that returned strictly before a given time.
 type established struct {
@@ -191,8 +206,8 @@ type established struct {
 }
 
 type marks struct {
-	ret []int64  // return times, ascending
-	max []uint64 // max[i]: greatest mark among the first i+1
+	ret []int64 // return times, ascending
+	max []Pair  // max[i]: greatest mark among the first i+1
 }
 
 func newEstablished(ops []Op) *established {
@@ -203,29 +218,23 @@ func newEstablished(ops []Op) *established {
 func newEstablishedBy(ops []Op, keep func(*Op) bool) *established {
 	type ev struct {
 		ret  int64
-		mark uint64
+		mark Pair
 	}
 	evs := map[string][]ev{}
 	for i := range ops {
-		if m, ok := ops[i].Establishes(); ok && keep(&ops[i]) {
+		if m, ok := ops[i].EstablishesPair(); ok && keep(&ops[i]) {
 			evs[ops[i].Resource] = append(evs[ops[i].Resource], ev{ops[i].Return, m})
 		}
 	}
 	e := &established{byRes: make(map[string]*marks, len(evs))}
 	for res, list := range evs {
-		slices.SortFunc(list, func(a, b ev) int {
-			switch {
-			case a.ret < b.ret:
-				return -1
-			case a.ret > b.ret:
-				return 1
-			}
-			return 0
-		})
-		m := &marks{ret: make([]int64, len(list)), max: make([]uint64, len(list))}
-		var hi uint64
+		slices.SortFunc(list, func(a, b ev) int { return cmp.Compare(a.ret, b.ret) })
+		m := &marks{ret: make([]int64, len(list)), max: make([]Pair, len(list))}
+		var hi Pair
 		for i, x := range list {
-			hi = max(hi, x.mark)
+			if x.mark.Compare(hi) > 0 {
+				hi = x.mark
+			}
 			m.ret[i], m.max[i] = x.ret, hi
 		}
 		e.byRes[res] = m
@@ -235,14 +244,14 @@ func newEstablishedBy(ops []Op, keep func(*Op) bool) *established {
 
 // before returns the greatest mark of resource established by an operation
 // that returned strictly before t.
-func (e *established) before(resource string, t int64) (uint64, bool) {
+func (e *established) before(resource string, t int64) (Pair, bool) {
 	m := e.byRes[resource]
 	if m == nil {
-		return 0, false
+		return Pair{}, false
 	}
 	n := sort.Search(len(m.ret), func(i int) bool { return m.ret[i] >= t })
 	if n == 0 {
-		return 0, false
+		return Pair{}, false
 	}
 	return m.max[n-1], true
 }

@@ -240,3 +240,81 @@ func wantExample(t *testing.T, r Report, prefix string) {
 	}
 	t.Fatalf("no example starting %q in %q", prefix, r.Examples)
 }
+
+// seqw is a write with a sequence; a stale one reports the mark's pair.
+func seqw(id, res string, tok, seq uint64, out Outcome, mark, markSeq uint64, call, ret int64) Op {
+	op := write(id, res, tok, false, out, mark, call, ret)
+	op.Seq, op.HasSeq = seq, true
+	if out == Stale {
+		op.MarkSeq, op.MarkHasSeq = markSeq, true
+	}
+	return op
+}
+
+func fwdPairs(ops []Op) []Forward {
+	f := fwdFor(ops)
+	for i := range f {
+		for _, op := range ops {
+			if op.ID == f[i].ID {
+				f[i].Seq, f[i].HasSeq = op.Seq, op.HasSeq
+			}
+		}
+	}
+	return f
+}
+
+// On a route with sequences the store orders (token, sequence): a history
+// that is legal by tokens alone but admits a sequence not above the mark's,
+// or reports a mark's sequence going back, is caught.
+func TestSequenceHistories(t *testing.T) {
+	good := []Op{
+		write("u", "r", 42, false, Admitted, 0, 0, 5),   // unsequenced 42: mark 42
+		seqw("a", "r", 42, 1, Admitted, 0, 0, 10, 20),   // (42, 1) above 42
+		seqw("b", "r", 42, 1, Stale, 42, 1, 21, 30),     // equal pair: stale-sequence
+		write("v", "r", 42, false, Admitted, 0, 31, 40), // unsequenced 42 under >=: the mark stays (42, 1)
+		seqw("c", "r", 42, 2, Admitted, 0, 0, 41, 50),   // (42, 2)
+		seqw("d", "r", 41, 9, Stale, 42, 2, 51, 60),     // a lower token: stale-token with the pair
+		{Client: -1, Replica: -1, Resource: "r", Outcome: Read, Mark: 42, MarkSeq: 2, MarkHasSeq: true, Call: 61, Return: 62},
+	}
+	r := Check(good, fwdPairs(good), timeout)
+	if !r.Safe() || r.Linearizable != porcupine.Ok {
+		t.Fatalf("good sequence history flagged: %+v", r)
+	}
+
+	cases := []struct {
+		name string
+		ops  []Op
+		want func(r Report) bool
+	}{
+		{"an equal pair admitted twice", []Op{
+			seqw("a", "r", 42, 7, Admitted, 0, 0, 0, 10),
+			seqw("b", "r", 42, 7, Admitted, 0, 0, 11, 20),
+		}, func(r Report) bool { return r.StaleAdmissions == 1 && r.Linearizable == porcupine.Illegal }},
+		{"a lower sequence admitted after a higher one", []Op{
+			seqw("a", "r", 42, 8, Admitted, 0, 0, 0, 10),
+			seqw("b", "r", 42, 7, Admitted, 0, 0, 11, 20),
+		}, func(r Report) bool { return r.StaleAdmissions == 1 && r.Linearizable == porcupine.Illegal }},
+		{"a 409 reporting a sequence below one admitted before", []Op{
+			seqw("a", "r", 42, 8, Admitted, 0, 0, 0, 10),
+			seqw("b", "r", 42, 3, Stale, 42, 5, 11, 20),
+		}, func(r Report) bool { return r.Regressions == 1 && r.Linearizable == porcupine.Illegal }},
+		{"a refusal the store could not give: sequence above the mark", []Op{
+			seqw("a", "r", 42, 1, Admitted, 0, 0, 0, 10),
+			seqw("b", "r", 42, 5, Stale, 42, 1, 11, 20),
+		}, func(r Report) bool { return r.Safe() && r.Linearizable == porcupine.Illegal }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if r := Check(c.ops, fwdPairs(c.ops), timeout); !c.want(r) {
+				t.Fatalf("%+v", r)
+			}
+		})
+	}
+	// The upstream received another sequence than the client sent.
+	ops := []Op{seqw("a", "r", 42, 1, Admitted, 0, 0, 0, 10)}
+	fwd := fwdPairs(ops)
+	fwd[0].Seq = 2
+	if r := Check(ops, fwd, timeout); r.UnfencedForwards != 1 {
+		t.Fatalf("another sequence than sent: %+v", r)
+	}
+}

@@ -50,10 +50,17 @@ type Op struct {
 	Replica  int    // the proxy replica it went through (reads: -1)
 	Resource string
 	Token    uint64 // writes only; tokens are >= 1, 0 stands for "no mark"
-	Greater  bool   // the route compares with ">" (else ">=")
-	Outcome  Outcome
-	Mark     uint64 // Admitted: Token; Stale: the reported mark; Read: the value
-	Status   int    // HTTP status, 0 when there was none
+	// Seq is the request's sequence when HasSeq (a route with sequences).
+	Seq     uint64
+	HasSeq  bool
+	Greater bool // the route compares with ">" (else ">=")
+	Outcome Outcome
+	Mark    uint64 // Admitted: Token; Stale: the reported mark; Read: the value
+	// MarkSeq is the sequence of the reported or read mark when
+	// MarkHasSeq (a 409 carrying highWaterSequence, a stored "t:s").
+	MarkSeq    uint64
+	MarkHasSeq bool
+	Status     int // HTTP status, 0 when there was none
 	// Problem is the problem type of a refusal the proxy answered with
 	// (urn:fenceproxy:store-lost, ...), "" otherwise.
 	Problem string
@@ -68,26 +75,44 @@ func (o *Op) Refused() bool {
 		(o.Outcome == Failed && o.Status >= 400 && o.Status != 502 && o.Status != 504)
 }
 
-// Establishes returns the mark that a completed operation proves the store
-// held (at least) at some instant inside its interval, and whether it proves
-// one.
+// Establishes returns the mark's token that a completed operation proves the
+// store held (at least) at some instant inside its interval, and whether it
+// proves one.
 func (o *Op) Establishes() (uint64, bool) {
+	p, ok := o.EstablishesPair()
+	return p.Token, ok
+}
+
+// EstablishesPair is Establishes with the sequence: an admitted request
+// proves at least its own pair (an unsequenced one admitted at the mark's
+// token leaves the mark's sequence as it was, which is above it), a 409 or
+// a read the pair it reports.
+func (o *Op) EstablishesPair() (Pair, bool) {
 	switch o.Outcome {
 	case Admitted:
-		return o.Token, true
+		return o.Req(), true
 	case Stale:
-		return o.Mark, true
+		return o.MarkPair(), true
 	case Read:
-		return o.Mark, o.Mark != 0
+		return o.MarkPair(), o.Mark != 0
 	}
-	return 0, false
+	return Pair{}, false
 }
+
+// Req is the request's pair.
+func (o *Op) Req() Pair { return Pair{Token: o.Token, Seq: o.Seq, HasSeq: o.HasSeq} }
+
+// MarkPair is the reported or read mark's pair.
+func (o *Op) MarkPair() Pair { return Pair{Token: o.Mark, Seq: o.MarkSeq, HasSeq: o.MarkHasSeq} }
 
 // Forward is one request the upstream received.
 type Forward struct {
 	ID       string // the request id header; a forward with an id no Op has is never legitimate
 	Resource string
 	Token    uint64
+	// Seq is the sequence header the upstream received, when HasSeq.
+	Seq    uint64
+	HasSeq bool
 	// At is when the upstream began processing the request (its handler
 	// was called: the request line and headers had arrived), on the
 	// history's clock.
@@ -103,3 +128,6 @@ type Forward struct {
 	// working past the deadline. Reported with the order examples.
 	Abandoned bool
 }
+
+// Pair is the forwarded request's pair.
+func (f *Forward) Pair() Pair { return Pair{Token: f.Token, Seq: f.Seq, HasSeq: f.HasSeq} }

@@ -8,15 +8,17 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// The porcupine model: per resource, a sequential max-register with the
-// proxy's compare-and-advance. State is the mark (0: no mark yet; tokens are
-// >= 1, so "no mark" admits every token under both compares, as it does in
-// the store).
+// The porcupine model: per resource, a sequential register of the mark with
+// the proxy's compare-and-advance (admitsPair). State is the mark as a Pair
+// (the zero Pair: no mark yet; tokens are >= 1, so "no mark" admits every
+// request, as it does in the store). On a route without sequences the
+// pairs have none and this is a max-register of tokens.
 //
-//	admitted(t): allowed iff admits(t, m); next state t (t >= m, so max(m, t) = t)
-//	stale(t) -> M: allowed iff !admits(t, m) and M == m; state unchanged
+//	admitted(p):  allowed iff admitsPair(p, m); next state the mark after it
+//	stale(p) -> M: allowed iff !admitsPair(p, m) and M == m
 //	read -> M:     allowed iff M == m
-//	unknown(t):    next states {m} (never applied) and, if admits(t, m), {t}
+//	unknown(p):    next states {m} (never applied) and the mark after
+//	               admitsPair(p, m) when it admits
 //
 // "unknown" covers 503s, timeouts and connection errors. Such an operation
 // gets an infinite return time: the store may apply it after the client gave
@@ -26,24 +28,22 @@ import (
 type input struct {
 	Resource string
 	Read     bool
-	Token    uint64
+	Req      Pair
 	Greater  bool
 }
 
 type output struct {
 	Outcome Outcome
-	Mark    uint64
+	Mark    Pair
 }
 
-func admits(tok, mark uint64, greater bool) bool {
-	if greater {
-		return tok > mark
-	}
-	return tok >= mark
-}
+// sameMark reports whether a reported mark is the state. A 409 carries the
+// mark's sequence whenever the mark has one (client.ProblemError), so the
+// pairs must be equal.
+func sameMark(reported, state Pair) bool { return reported == state }
 
 func step(state, in, out any) []any {
-	m := state.(uint64)
+	m := state.(Pair)
 	i, o := in.(input), out.(output)
 	if i.Read {
 		if o.Mark == m {
@@ -51,20 +51,21 @@ func step(state, in, out any) []any {
 		}
 		return nil
 	}
+	ok, next := admitsPair(i.Req, i.Greater, m)
 	switch o.Outcome {
 	case Admitted:
-		if admits(i.Token, m, i.Greater) && o.Mark == i.Token {
-			return []any{i.Token}
+		if ok {
+			return []any{next}
 		}
 		return nil
 	case Stale:
-		if !admits(i.Token, m, i.Greater) && o.Mark == m {
+		if !ok && sameMark(o.Mark, m) {
 			return []any{m}
 		}
 		return nil
 	default: // unknown
-		if admits(i.Token, m, i.Greater) && i.Token != m {
-			return []any{m, i.Token}
+		if ok && next != m {
+			return []any{m, next}
 		}
 		return []any{m}
 	}
@@ -87,12 +88,16 @@ var Model = porcupine.NondeterministicModel{
 		}
 		return parts
 	},
-	Init: func() []any { return []any{uint64(0)} },
+	Init: func() []any { return []any{Pair{}} },
 	Step: step,
 	Hash: func(state any) uint64 {
 		// splitmix64 finaliser: the set hash XORs these, so equal marks
 		// must not cancel to a constant pattern.
-		z := state.(uint64) + 0x9e3779b97f4a7c15
+		p := state.(Pair)
+		z := p.Token*0x100000001b3 ^ p.Seq + 0x9e3779b97f4a7c15
+		if p.HasSeq {
+			z ^= 0x5bd1e995
+		}
 		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 		return z ^ (z >> 31)
@@ -100,15 +105,15 @@ var Model = porcupine.NondeterministicModel{
 	DescribeOperation: func(in, out any) string {
 		i, o := in.(input), out.(output)
 		if i.Read {
-			return fmt.Sprintf("read %s -> %d", i.Resource, o.Mark)
+			return fmt.Sprintf("read %s -> %v", i.Resource, o.Mark)
 		}
 		cmp := ">="
 		if i.Greater {
 			cmp = ">"
 		}
-		return fmt.Sprintf("%s %s %d -> %s %d", i.Resource, cmp, i.Token, o.Outcome, o.Mark)
+		return fmt.Sprintf("%s %s %v -> %s %v", i.Resource, cmp, i.Req, o.Outcome, o.Mark)
 	},
-	DescribeState: func(state any) string { return fmt.Sprint(state.(uint64)) },
+	DescribeState: func(state any) string { return state.(Pair).String() },
 }
 
 // Linearizable checks ops against Model within timeout.
@@ -133,27 +138,30 @@ func linearizable(ops []Op, timeout time.Duration, prune bool) (porcupine.CheckR
 	est := newEstablished(ops)
 	type resMark struct {
 		res  string
-		mark uint64
+		mark Pair
 	}
 	reported := map[resMark]bool{}
+	reportedTok := map[resMark]bool{} // token only: answers without a sequence
 	for i := range ops {
 		if ops[i].Outcome == Stale || ops[i].Outcome == Read {
-			reported[resMark{ops[i].Resource, ops[i].Mark}] = true
+			m := ops[i].MarkPair()
+			reported[resMark{ops[i].Resource, m}] = true
+			reportedTok[resMark{ops[i].Resource, Pair{Token: m.Token}}] = true
 		}
 	}
 	hist := make([]porcupine.Operation, 0, len(ops))
 	for i := range ops {
 		op := &ops[i]
-		in := input{Resource: op.Resource, Read: op.Outcome == Read, Token: op.Token, Greater: op.Greater}
-		out := output{Outcome: op.Outcome, Mark: op.Mark}
+		in := input{Resource: op.Resource, Read: op.Outcome == Read, Req: op.Req(), Greater: op.Greater}
+		out := output{Outcome: op.Outcome, Mark: op.MarkPair()}
 		ret := op.Return
 		switch op.Outcome {
 		case Admitted, Stale, Read:
 		default:
-			if m, ok := est.before(op.Resource, op.Call); prune && ok && op.Token <= m {
+			if m, ok := est.before(op.Resource, op.Call); prune && ok && op.Req().Compare(m) <= 0 {
 				continue
 			}
-			if prune && !reported[resMark{op.Resource, op.Token}] {
+			if prune && !reported[resMark{op.Resource, op.Req()}] && !reportedTok[resMark{op.Resource, Pair{Token: op.Token}}] {
 				continue
 			}
 			ret = math.MaxInt64

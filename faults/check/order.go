@@ -12,8 +12,12 @@ import (
 // resource, judged from the begin and end times it recorded. Fencing orders
 // admissions, not arrivals: a request admitted with token 41 just before 42
 // was admitted can still reach the upstream (or still be running there)
-// after 42. Two figures count that, pairs of requests for one resource with
-// different tokens (equal tokens never count):
+// after 42. Requests are ordered as the proxy orders them (Pair): by token,
+// then, on a route with sequences, by sequence, a request without one
+// before every request of its token with one; so (42, 7) begun after
+// (42, 8) counts as 41 begun after 42 does. Two figures count that, pairs
+// of requests for one resource in different places of that order (equal
+// tokens without sequences, or equal pairs, never count):
 //
 //   - Inversions: the upstream began the lower token after it began the
 //     higher one, whether the higher one had ended by then or was still
@@ -62,16 +66,13 @@ func CountOrder(fwd []Forward) Order {
 	}
 	for _, res := range names {
 		list := byRes[res]
-		// In order of begin; at the same instant the higher token first, so
+		// In order of begin; at the same instant the higher pair first, so
 		// that the lower one counts as begun after it.
 		slices.SortStableFunc(list, func(a, b Forward) int {
-			switch {
-			case a.At != b.At:
+			if a.At != b.At {
 				return cmp.Compare(a.At, b.At)
-			case a.Token != b.Token:
-				return cmp.Compare(b.Token, a.Token)
 			}
-			return 0
+			return b.Pair().Compare(a.Pair())
 		})
 		o.Inversions += inversions(list, example)
 		o.Overlaps += overlaps(list, example)
@@ -79,21 +80,22 @@ func CountOrder(fwd []Forward) Order {
 	return o
 }
 
-// inversions counts the pairs i < j (in begin order) with list[i].Token >
-// list[j].Token: a Fenwick tree over the ranks of the tokens begun so far.
+// inversions counts the pairs i < j (in begin order) with list[i]'s pair
+// after list[j]'s: a Fenwick tree over the ranks of the pairs begun so far.
 func inversions(list []Forward, example func(kind, format string, args ...any)) int {
-	toks := make([]uint64, len(list))
-	for i, f := range list {
-		toks[i] = f.Token
+	pairs := make([]Pair, len(list))
+	for i := range list {
+		pairs[i] = list[i].Pair()
 	}
-	slices.Sort(toks)
-	toks = slices.Compact(toks)
-	tree := make([]int, len(toks)+1)
+	slices.SortFunc(pairs, Pair.Compare)
+	pairs = slices.CompactFunc(pairs, func(a, b Pair) bool { return a.Compare(b) == 0 })
+	tree := make([]int, len(pairs)+1)
 	n := 0
-	hi := -1 // index of the greatest token begun so far
-	for j, f := range list {
-		rank, _ := slices.BinarySearch(toks, f.Token) // 0-based
-		// Begun before j with a token at most f.Token: prefix sum to rank.
+	hi := -1 // index of the greatest pair begun so far
+	for j := range list {
+		f := &list[j]
+		rank, _ := slices.BinarySearchFunc(pairs, f.Pair(), Pair.Compare) // 0-based
+		// Begun before j with a pair at most f's: prefix sum to rank.
 		le := 0
 		for k := rank + 1; k > 0; k -= k & -k {
 			le += tree[k]
@@ -101,17 +103,26 @@ func inversions(list []Forward, example func(kind, format string, args ...any)) 
 		if above := j - le; above > 0 {
 			n += above
 			h := &list[hi]
-			example("inversion", "%s token %d (id %q) began at %v, after token %d (id %q) began at %v%s",
-				f.Resource, f.Token, f.ID, ns(f.At), h.Token, h.ID, ns(h.At), endedOrNot(h, f.At))
+			example("inversion", "%s %s (id %q) began at %v, after %s (id %q) began at %v%s",
+				f.Resource, describe(f), f.ID, ns(f.At), describe(h), h.ID, ns(h.At), endedOrNot(h, f.At))
 		}
 		for k := rank + 1; k < len(tree); k += k & -k {
 			tree[k]++
 		}
-		if hi < 0 || f.Token > list[hi].Token {
+		if hi < 0 || f.Pair().Compare(list[hi].Pair()) > 0 {
 			hi = j
 		}
 	}
 	return n
+}
+
+// describe names a forward's place in the order: "token 42", or "token 42
+// sequence 7" on a route with sequences.
+func describe(f *Forward) string {
+	if f.HasSeq {
+		return fmt.Sprintf("token %d sequence %d", f.Token, f.Seq)
+	}
+	return fmt.Sprintf("token %d", f.Token)
 }
 
 func endedOrNot(h *Forward, at int64) string {
@@ -125,13 +136,13 @@ func endedOrNot(h *Forward, at int64) string {
 // answered it (see Forward.Abandoned).
 func abandoned(f *Forward) string {
 	if f.Abandoned {
-		return " (the proxy gave up on it before the upstream answered: its upstream deadline)"
+		return " (the proxy closed its connection before the upstream answered: its client left, or its upstream deadline passed)"
 	}
 	return ""
 }
 
-// overlaps counts the pairs i < j (in begin order) with list[i].Token <
-// list[j].Token and list[i] still being processed when list[j] began. The
+// overlaps counts the pairs i < j (in begin order) with list[i]'s pair
+// before list[j]'s and list[i] still being processed when list[j] began. The
 // requests being processed at any moment are few (bounded by the clients'
 // concurrency), so a sweep with the list of those suffices.
 func overlaps(list []Forward, example func(kind, format string, args ...any)) int {
@@ -147,10 +158,10 @@ func overlaps(list []Forward, example func(kind, format string, args ...any)) in
 		}
 		active = keep
 		for _, a := range active {
-			if a.Token < f.Token && a.At < f.At {
+			if a.Pair().Compare(f.Pair()) < 0 && a.At < f.At {
 				n++
-				example("overlap", "%s token %d (id %q) began at %v while token %d (id %q), begun at %v, was still being processed (until %v)%s",
-					f.Resource, f.Token, f.ID, ns(f.At), a.Token, a.ID, ns(a.At), endString(a), abandoned(a))
+				example("overlap", "%s %s (id %q) began at %v while %s (id %q), begun at %v, was still being processed (until %v)%s",
+					f.Resource, describe(f), f.ID, ns(f.At), describe(a), a.ID, ns(a.At), endString(a), abandoned(a))
 			}
 		}
 		active = append(active, f)

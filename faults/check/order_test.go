@@ -158,3 +158,118 @@ func TestCheckReportsOrderNotFailed(t *testing.T) {
 		t.Fatalf("examples %q, order examples %q", r.Examples, r.OrderExamples)
 	}
 }
+
+// fs is a forward with a sequence.
+func fs(id, res string, tok, seq uint64, begin, end int64) Forward {
+	f := fw(id, res, tok, begin, end)
+	f.Seq, f.HasSeq = seq, true
+	return f
+}
+
+// The order figures compare (token, sequence): within one token, a lower
+// sequence begun after a higher one, or a higher one begun while a lower one
+// (or an unsequenced request of the token) was still being processed.
+func TestOrderSequences(t *testing.T) {
+	cases := []struct {
+		name                 string
+		fwd                  []Forward
+		inversions, overlaps int
+	}{
+		{"sequences in order", []Forward{
+			fs("a", "r", 42, 1, 10, 20), fs("b", "r", 42, 2, 30, 40), fs("c", "r", 43, 1, 50, 60),
+		}, 0, 0},
+		{"a lower sequence begun after a higher one of the same token", []Forward{
+			fs("b", "r", 42, 8, 10, 20), fs("a", "r", 42, 7, 30, 40),
+		}, 1, 0},
+		{"a higher sequence begun while a lower one was being processed", []Forward{
+			fs("a", "r", 42, 7, 10, 50), fs("b", "r", 42, 8, 20, 30),
+		}, 0, 1},
+		{"sequence 1 begun while the unsequenced request of its token ran", []Forward{
+			fw("a", "r", 42, 10, 50), fs("b", "r", 42, 1, 20, 30),
+		}, 0, 1},
+		{"the unsequenced request begun after sequence 1 of its token", []Forward{
+			fs("b", "r", 42, 1, 10, 20), fw("a", "r", 42, 30, 40),
+		}, 1, 0},
+		{"sequence 0 is a sequence: after none", []Forward{
+			fw("a", "r", 42, 10, 50), fs("b", "r", 42, 0, 20, 30),
+		}, 0, 1},
+		{"equal pairs never count", []Forward{
+			fs("a", "r", 42, 7, 10, 50), fs("b", "r", 42, 7, 20, 30), fs("c", "r", 42, 7, 5, 60),
+		}, 0, 0},
+		{"a higher token beats any sequence", []Forward{
+			fs("a", "r", 43, 1, 10, 20), fs("b", "r", 42, 99, 30, 40),
+		}, 1, 0},
+		{"tokens alone would miss it: same token, sequences reversed", []Forward{
+			fs("c", "r", 42, 3, 10, 20), fs("b", "r", 42, 2, 30, 40), fs("a", "r", 42, 1, 50, 60),
+		}, 3, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := CountOrder(c.fwd)
+			if o.Inversions != c.inversions || o.Overlaps != c.overlaps {
+				t.Fatalf("inversions=%d overlaps=%d, want %d and %d; examples %q",
+					o.Inversions, o.Overlaps, c.inversions, c.overlaps, o.Examples)
+			}
+		})
+	}
+	o := CountOrder([]Forward{fs("b", "r", 42, 8, 10, 20), fs("a", "r", 42, 7, 30, 40)})
+	if len(o.Examples) != 1 || !strings.Contains(o.Examples[0], "token 42 sequence 7") {
+		t.Fatalf("examples %q", o.Examples)
+	}
+}
+
+// The pair counts equal a pair-by-pair count on random histories with
+// sequences (some absent), ties and requests that never ended.
+func TestOrderSequencesMatchPairwise(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		fwd := make([]Forward, r.IntN(40))
+		for i := range fwd {
+			begin := r.Int64N(50)
+			var end int64
+			if r.IntN(10) > 0 {
+				end = begin + r.Int64N(20)
+			}
+			fwd[i] = fw(string(rune('a'+i)), "r", 1+r.Uint64N(3), begin, end)
+			if r.IntN(3) > 0 {
+				fwd[i].Seq, fwd[i].HasSeq = r.Uint64N(4), true
+			}
+		}
+		var inv, ovl int
+		for i := range fwd {
+			for j := range fwd {
+				lo, hi := fwd[i], fwd[j]
+				if lo.Pair().Compare(hi.Pair()) >= 0 {
+					continue
+				}
+				if lo.At >= hi.At {
+					inv++
+				} else if hi.At < end(&lo) {
+					ovl++
+				}
+			}
+		}
+		if o := CountOrder(fwd); o.Inversions != inv || o.Overlaps != ovl {
+			t.Fatalf("inversions=%d overlaps=%d, pairwise %d and %d: %+v", o.Inversions, o.Overlaps, inv, ovl, fwd)
+		}
+	}
+}
+
+func TestPairCompare(t *testing.T) {
+	p := func(tok uint64) Pair { return Pair{Token: tok} }
+	s := func(tok, seq uint64) Pair { return Pair{Token: tok, Seq: seq, HasSeq: true} }
+	for _, c := range []struct {
+		a, b Pair
+		want int
+	}{
+		{p(41), p(42), -1}, {p(42), p(42), 0}, {p(42), s(42, 0), -1}, {s(42, 0), s(42, 1), -1},
+		{s(42, 7), s(42, 7), 0}, {s(42, 99), p(43), -1}, {s(43, 1), s(42, 99), 1},
+	} {
+		if got := c.a.Compare(c.b); got != c.want {
+			t.Errorf("%v vs %v = %d, want %d", c.a, c.b, got, c.want)
+		}
+		if got := c.b.Compare(c.a); got != -c.want {
+			t.Errorf("%v vs %v = %d, want %d", c.b, c.a, got, -c.want)
+		}
+	}
+}

@@ -2,7 +2,7 @@
 // sentinel, etcd and fenceproxy processes on 127.0.0.1, faults injected
 // mid-load, every operation's history checked (see docs/faults.md).
 //
-//	go run ./cmd/faults -mode short          # CI: about 3 minutes
+//	go run ./cmd/faults -mode short          # CI: about 5 minutes
 //	go run ./cmd/faults -mode long           # longer, more injections
 //	go run ./cmd/faults -run 'redis-(kill|pause)'
 //	go run ./cmd/faults -break memory -run load   # a broken proxy: must fail
@@ -43,7 +43,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("faults", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	mode := fs.String("mode", "short", "short (CI, about 3 minutes), long, or smoke (seconds; the suite's own tests)")
+	mode := fs.String("mode", "short", "short (CI, about 5 minutes), long, or smoke (seconds; the suite's own tests)")
 	bin := fs.String("bin", "", "fenceproxy binary (default: build ./cmd/fenceproxy of the enclosing repository)")
 	sel := fs.String("run", "", "run only the scenarios whose name matches this regexp")
 	brk := fs.String("break", "", "start a deliberately broken system to show the checks fail: "+strings.Join(harness.Breaks, ", "))

@@ -69,6 +69,30 @@ func TestBrokenSystemsFail(t *testing.T) {
 		// and the follower on its own: a majority without the last marks
 		// (both replicas restarted meanwhile, so nothing heals them).
 		{"etcdwipe", "etcd-leader-kill", []string{"regressions", "lost_marks"}, nil},
+		// Clients that give up, with the proxies' upstream deadline (100 ms)
+		// shorter than the service's work (250 ms): the barrier lets newer
+		// writes go while the older ones are still being processed, as a
+		// proxy that released when its client left would.
+		{"shortdeadline", "client-gives-up", []string{"overlaps", "gave_up"}, []string{"stale_admissions", "unfenced_forwards", "regressions"}},
+		// The same deadline in clock-step: the forward round's newer write
+		// begins while the older one is being processed, as with deadlines
+		// timed by a clock that jumped past them.
+		{"shortdeadline", "clock-step", []string{"overlaps"}, []string{"stale_admissions", "unfenced_forwards", "regressions"}},
+		// Without the barrier, (5, 1) overtakes the unsequenced 5 under
+		// en_US.UTF-8 as a locale-dependent comparison lets it.
+		{"nodrain", "locale", []string{"overlaps", "newer_early"}, []string{"stale_admissions", "unfenced_forwards", "regressions"}},
+		// Without the barrier the herd's writers pass the held one.
+		{"nodrain", "herd", []string{"overlaps"}, []string{"stale_admissions", "unfenced_forwards", "regressions"}},
+		// Replica 1 frozen from the master's kill past its requests'
+		// deadlines: the releases it owes never come, and the resources it
+		// had in flight stay blocked past the 5 s target (resume_s,
+		// checked below).
+		{"norelease", "failover-barrier", nil, []string{"stale_admissions", "unfenced_forwards", "regressions", "resources_not_resumed"}},
+		// Redis restored from its own backup, and every replica restarted
+		// with it, so that none remembers the newer generation (as replicas
+		// without the generation check): nobody refuses, no recovery runs,
+		// and the marks the restore took back stay lost.
+		{"coldall", "redis-restore", []string{"regressions", "lost_marks"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.brk, func(t *testing.T) {
@@ -91,6 +115,11 @@ func TestBrokenSystemsFail(t *testing.T) {
 			for _, k := range c.zero {
 				if num(t, f, k) != 0 {
 					t.Errorf("%s=%s with -break %s, want 0", k, f[k], c.brk)
+				}
+			}
+			if c.scenario == "failover-barrier" {
+				if r, err := strconv.ParseFloat(f["resume_s"], 64); err != nil || r <= 5 {
+					t.Errorf("resume_s=%s with -break %s, want above 5", f["resume_s"], c.brk)
 				}
 			}
 			if f["verdict"] != "FAIL" {

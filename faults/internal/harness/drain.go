@@ -242,10 +242,17 @@ func (e *env) wakeTrial(hc *http.Client, i int) wakeTrial {
 	res := fmt.Sprintf("wake-%d", i)
 	id := func(what string) string { return fmt.Sprintf("%s-%s-%s", e.sc.name, res, what) }
 	older, newer := i%2, 1-i%2
-	t := wakeTrial{
+	return e.heldTrial(hc, i, wakeTrial{
 		old: check.Op{ID: id("old"), Client: -4, Replica: older, Resource: res, Token: slowOldToken},
 		nw:  check.Op{ID: id("newer"), Client: -4, Replica: newer, Resource: res, Token: slowNewToken},
-	}
+	})
+}
+
+// heldTrial runs one trial of t's two requests: the older one is held at
+// the upstream; once it began there the newer one is sent, and wakeSettle
+// later the older one is let go.
+func (e *env) heldTrial(hc *http.Client, i int, t wakeTrial) wakeTrial {
+	newer := t.nw.Replica
 	release := e.up.gate(t.old.ID)
 	defer release()
 	var wg sync.WaitGroup

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/faults/check"
 	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore/etcdtest"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
 // params are the sizes and durations of a mode.
@@ -34,23 +35,24 @@ type params struct {
 	slowRounds      int           // slow-body: stalled writes of each size
 	slowFor         time.Duration // slow-upstream: how long the load runs
 	wakeTrials      int           // drain-wake: trials
+	orderTrials     int           // locale, clock-step: trials or rounds
 }
 
 var modes = map[string]params{
 	"short": {workers: 8, resources: 8, loadWorkers: 16, warmup: 2 * time.Second, cooldown: 3 * time.Second,
 		gap: 2 * time.Second, rounds: 1, loadFor: 10 * time.Second, checkTimeout: 30 * time.Second,
 		storeTimeout: 500 * time.Millisecond, upstreamTimeout: 2 * time.Second, slowRounds: 1, slowFor: 6 * time.Second,
-		wakeTrials: 50},
+		wakeTrials: 50, orderTrials: 10},
 	// smoke is for the suite's own tests (the negative controls): one short
 	// injection, a few seconds of load.
 	"smoke": {workers: 8, resources: 8, loadWorkers: 8, warmup: time.Second, cooldown: 2 * time.Second,
 		gap: time.Second, rounds: 1, loadFor: 3 * time.Second, checkTimeout: 20 * time.Second,
 		storeTimeout: 500 * time.Millisecond, upstreamTimeout: 2 * time.Second, slowRounds: 1, slowFor: 3 * time.Second,
-		wakeTrials: 10},
+		wakeTrials: 10, orderTrials: 4},
 	"long": {workers: 12, resources: 12, loadWorkers: 24, warmup: 3 * time.Second, cooldown: 5 * time.Second,
 		gap: 4 * time.Second, rounds: 5, loadFor: 120 * time.Second, checkTimeout: 180 * time.Second,
 		storeTimeout: 500 * time.Millisecond, upstreamTimeout: 2 * time.Second, slowRounds: 3, slowFor: 30 * time.Second,
-		wakeTrials: 200},
+		wakeTrials: 200, orderTrials: 40},
 }
 
 type topology int
@@ -59,6 +61,7 @@ const (
 	single         topology = iota // one redis-server, AOF always
 	sentinelWait                   // master + 1 replica + 3 sentinels, MIN_REPLICAS=1
 	sentinelNoWait                 // the same, MIN_REPLICAS=0, replication through a lagging link
+	sentinelTwo                    // master + 2 replicas + 3 sentinels, MIN_REPLICAS=1 (failover-barrier)
 	etcdCluster                    // three etcd members (etcdtest), FENCE_STORE=etcd
 )
 
@@ -99,6 +102,17 @@ type scenario struct {
 	// healed: scrape fenceproxy_mark_regressions_total at the end (the
 	// healed= field).
 	healed bool
+	// redisEnv, when set, returns environment variables for the
+	// redis-server processes (a locale, the clock shim); it runs before
+	// they start.
+	redisEnv func(e *env) ([]string, error)
+	// noReader: no mark reader runs (herd counts the store's commands).
+	noReader bool
+	// cold: in a store-loss scenario, replica 1 is restarted once a warm
+	// replica has met the loss (lagging-failover).
+	cold bool
+	// loadCfg, when set, adjusts the load's configuration.
+	loadCfg func(e *env, c *loadConfig)
 }
 
 // window is an interval in which a fault was active; replica is the proxy
@@ -123,6 +137,7 @@ type env struct {
 	replLink *Toxic // replica -> first master (sentinel topologies)
 	master   *Redis
 	replica  *Redis
+	replica2 *Redis // sentinelTwo's second replica
 	sents    *sentinelGroup
 	proxies  []*Replica
 	rc       redis.UniversalClient // the reader's client (Redis topologies)
@@ -159,6 +174,21 @@ type env struct {
 	// fenceproxy_mark_regressions_total at the end (-1: not scraped).
 	loss   *storeLoss
 	healed float64
+	// trials are the locale scenario's; collates whether Redis compared
+	// as en_US.UTF-8 does.
+	trials   []wakeTrial
+	collates bool
+	// clockFile holds the store's clock offset (clock-step); clockRounds
+	// are its forward rounds.
+	clockFile   string
+	clockRounds []clockRound
+	// herd are the herd scenario's phases.
+	herd []herdPhase
+	// promoted is when failover-barrier's sentinels had promoted a replica.
+	promoted int64
+	// wentBack is when a restore scenario's store went back (the kill
+	// before the restore or the promotion).
+	wentBack int64
 }
 
 type checkpoint struct {
@@ -216,6 +246,11 @@ func (e *env) setup() error {
 	e.up = up
 	e.toxSrv = newToxicServer()
 	p := e.p
+	if e.sc.redisEnv != nil {
+		if e.h.redisEnv, err = e.sc.redisEnv(e); err != nil {
+			return err
+		}
+	}
 	proxyEnv := e.proxyEnv()
 	clientOpts := func(addr string) *redis.Options {
 		return &redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
@@ -239,7 +274,7 @@ func (e *env) setup() error {
 		}
 		proxyEnv["FENCE_REDIS_URL"] = "redis://" + addr + "/0"
 		e.rc = redis.NewClient(clientOpts(e.master.Addr()))
-	case sentinelWait, sentinelNoWait:
+	case sentinelWait, sentinelNoWait, sentinelTwo:
 		if e.master, err = e.h.startRedis("redis-a", e.aofArgs()...); err != nil {
 			return err
 		}
@@ -253,12 +288,22 @@ func (e *env) setup() error {
 		if e.replica, err = e.h.startReplica("redis-b", e.master, via, e.aofArgs()...); err != nil {
 			return err
 		}
+		if e.sc.topo == sentinelTwo {
+			// A second replica, straight to the master: after a failover
+			// the promoted one still has a replica to acknowledge marks.
+			if e.replica2, err = e.h.startReplica("redis-c", e.master, e.master.Addr(), e.aofArgs()...); err != nil {
+				return err
+			}
+			for _, r := range []*Redis{e.replica, e.replica2} {
+				_, _ = redistest.Do(r.Addr(), nil, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+			}
+		}
 		if e.sents, err = e.h.startSentinels(3, "mymaster", e.master, time.Second, 3*time.Second); err != nil {
 			return err
 		}
 		proxyEnv["FENCE_REDIS_SENTINEL_ADDRS"] = strings.Join(e.sents.addrs(), ",")
 		proxyEnv["FENCE_REDIS_MASTER_NAME"] = "mymaster"
-		if e.sc.topo == sentinelWait {
+		if e.sc.topo == sentinelWait || e.sc.topo == sentinelTwo {
 			proxyEnv["FENCE_REDIS_MIN_REPLICAS"] = "1"
 			proxyEnv["FENCE_REDIS_WAIT_TIMEOUT"] = "200ms"
 		}
@@ -290,9 +335,9 @@ func (e *env) setup() error {
 		}
 		e.proxies = append(e.proxies, r)
 	}
-	if e.rc != nil {
+	if e.rc != nil && !e.sc.noReader {
 		e.rd = newReader(e.rc, e.clock, "fence:", p.resources)
-		if e.sc.topo == sentinelWait {
+		if e.sc.topo == sentinelWait || e.sc.topo == sentinelTwo {
 			e.rd.minReplicas = 1
 		}
 	}
@@ -321,6 +366,9 @@ func (e *env) proxyEnv() map[string]string {
 
 // upstreamTimeout is the proxies' FENCE_UPSTREAM_TIMEOUT.
 func (e *env) upstreamTimeout() time.Duration {
+	if e.opts.Break == "shortdeadline" {
+		return shortDeadline
+	}
 	if e.sc.upstreamTimeout > 0 {
 		return e.sc.upstreamTimeout
 	}

@@ -15,8 +15,15 @@ import (
 )
 
 // routesYAML fences POST /ge/{id} with ">=" and POST /gt/{id} with ">"
-// against one resource per id, so that both compares act on the same marks.
+// against one resource per id, so that both compares act on the same marks;
+// and POST /sq/{id} with ">=" and optional sequences against resources of
+// their own (the locale scenario's).
 const routesYAML = `routes:
+  - name: sq
+    methods: [POST]
+    path: /sq/{id}
+    resource: seq/{id}
+    sequence: optional
   - name: ge
     methods: [POST]
     path: /ge/{id}

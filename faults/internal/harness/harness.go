@@ -18,7 +18,7 @@ import (
 
 // Options configures Run.
 type Options struct {
-	// Mode is "short" (CI: about two minutes for all scenarios), "long"
+	// Mode is "short" (CI: about five minutes for all scenarios), "long"
 	// (longer load, more injections) or "smoke" (seconds per scenario: the
 	// suite's own tests).
 	Mode string
@@ -37,7 +37,17 @@ type Options struct {
 	// without raising the marks first), "etcdwipe" (in etcd-leader-kill a
 	// follower frozen while the others commit, both of those killed, the
 	// leader restarted on an empty data directory: a majority without the
-	// last marks). Empty for a real run.
+	// last marks), "shortdeadline" (client-gives-up and clock-step: the
+	// proxies' FENCE_UPSTREAM_TIMEOUT, 100 ms, shorter than the service's
+	// processing, so that the barrier lets newer requests go while an
+	// older one is still being processed, as a proxy that released on its
+	// client's leaving, or timed deadlines by a clock that stepped, would),
+	// "norelease" (failover-barrier: replica 1 frozen from the master's
+	// kill until past its requests' deadlines, so that their releases
+	// never come, as without release retries), "coldall" (the restore
+	// scenarios: every replica restarted together with the restored store,
+	// so that none remembers the newer generation, as replicas without the
+	// generation check behave). Empty for a real run.
 	Break string
 	// Dir is where the work directories go; os.TempDir() if empty.
 	Dir string
@@ -50,7 +60,7 @@ type Options struct {
 }
 
 // Breaks lists the valid Options.Break values.
-var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "noraise", "etcdwipe"}
+var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "noraise", "etcdwipe", "shortdeadline", "norelease", "coldall"}
 
 // Result is one scenario's outcome.
 type Result struct {
@@ -114,6 +124,9 @@ type Harness struct {
 	bin   string
 	dir   string
 	procs procs
+	// redisEnv, when set, is added to the environment of the redis-server
+	// processes it starts (a locale, the clock shim).
+	redisEnv []string
 }
 
 // Run runs the selected scenarios in order, printing one line each to

@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fenceproxy/fenceproxy/client"
 	"github.com/fenceproxy/fenceproxy/faults/check"
 )
@@ -95,6 +93,10 @@ type loadConfig struct {
 	// refused as stale are sent again straight to the upstream, as a path
 	// that skips the sidecar would. Zero in every real run.
 	Bypass float64
+	// GiveUp is the share of requests whose client gives up (GiveUpAfter)
+	// before the upstream has finished working on them (GiveUpWork).
+	GiveUp                  float64
+	GiveUpAfter, GiveUpWork time.Duration
 }
 
 // load runs workers that send fenced writes through the replicas and record
@@ -110,6 +112,10 @@ type load struct {
 	// inflight holds, per worker, when its request in flight was sent
 	// (0: none): settled waits on it.
 	inflight []atomic.Int64
+	// gaveUp counts the requests whose client gave up (GiveUp).
+	gaveUp atomic.Int64
+	// gaveUpIDs are their ids.
+	gaveUpIDs sync.Map
 
 	mu  sync.Mutex
 	ops []check.Op
@@ -190,7 +196,15 @@ func (l *load) worker(ctx context.Context, w int) {
 			Greater:  r.Float64() < l.cfg.PGreater,
 		}
 		l.inflight[w].Store(max(l.clock.now(), 1))
-		l.do(clients[op.Replica], &op)
+		if l.cfg.GiveUp > 0 && r.Float64() < l.cfg.GiveUp {
+			l.gaveUpIDs.Store(op.ID, true)
+			l.doWith(clients[op.Replica], &op, reqOpts{work: l.cfg.GiveUpWork, giveUp: l.cfg.GiveUpAfter})
+			if op.Outcome == check.Failed && op.Status == 0 {
+				l.gaveUp.Add(1)
+			}
+		} else {
+			l.do(clients[op.Replica], &op)
+		}
 		// Each operation joins the history as it completes, so that a
 		// scenario can read what was admitted while the load runs.
 		l.mu.Lock()
@@ -209,6 +223,9 @@ func (l *load) worker(ctx context.Context, w int) {
 }
 
 func routePath(op *check.Op) string {
+	if strings.HasPrefix(op.Resource, seqResourcePrefix) {
+		return "/sq/" + op.Resource
+	}
 	if op.Greater {
 		return "/gt/" + op.Resource
 	}
@@ -219,9 +236,35 @@ func routePath(op *check.Op) string {
 // header via client.Transport) and records its outcome. The request has its
 // own context: the end of the load does not cut requests short.
 func (l *load) do(hc *http.Client, op *check.Op) {
+	l.doWith(hc, op, reqOpts{})
+}
+
+// reqOpts shape one request beyond its op.
+type reqOpts struct {
+	// work, when set, is how long the upstream works on the request
+	// (workHeader), whatever happens to the connection meanwhile.
+	work time.Duration
+	// giveUp, when set, is when the client gives up on the request and
+	// closes its connection (a client timeout shorter than the work).
+	giveUp time.Duration
+}
+
+// doWith is do with the upstream's work time and the client's own timeout.
+func (l *load) doWith(hc *http.Client, op *check.Op, o reqOpts) {
 	ctx := client.WithToken(context.Background(), op.Token)
+	if op.HasSeq {
+		ctx = client.WithSequenceNumber(ctx, op.Seq)
+	}
+	if o.giveUp > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.giveUp)
+		defer cancel()
+	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.replicas[op.Replica].URL()+routePath(op), strings.NewReader("w"))
 	req.Header.Set(RequestIDHeader, op.ID)
+	if o.work > 0 {
+		req.Header.Set(workHeader, o.work.String())
+	}
 	op.Call = l.clock.now()
 	// When the request left, on the history's clock: the slow upstream
 	// holds nothing past the proxy's deadline for it.
@@ -255,6 +298,7 @@ func setOutcome(op *check.Op, resp *http.Response, err error) {
 		switch {
 		case pe.Status == 409 && pe.HasMark:
 			op.Outcome, op.Mark = check.Stale, pe.HighWaterMark
+			op.MarkSeq, op.MarkHasSeq = pe.HighWaterSequence, pe.HasHighWaterSequence
 		case pe.Status == 503:
 			op.Outcome = check.Unavailable
 		default:
@@ -306,149 +350,4 @@ func (l *load) history() []check.Op {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]check.Op(nil), l.ops...)
-}
-
-// reader reads every resource's mark straight from the store (Redis: MGET;
-// etcd: one linearizable range read; either one atomic snapshot), as
-// operations of the history: a mark that goes backwards in the store shows
-// here even when no request happens to expose it.
-type reader struct {
-	c redis.UniversalClient // nil when fetch reads another store
-	// fetch reads every mark, in the order of keys (0: none); nil means
-	// MGET on c.
-	fetch func(ctx context.Context, keys []string) ([]uint64, error)
-	// minReplicas, when above zero, keeps only the reads that many replicas
-	// have acknowledged: with FENCE_REDIS_MIN_REPLICAS only acknowledged marks
-	// are promised to survive a failover, and the primary also holds marks of
-	// admissions whose WAIT failed (answered 503), which a failover may take
-	// back. A read of those would count as a regression of the store.
-	minReplicas int
-	clock       clock
-	keys        []string
-	res         []string
-	prefix      string
-
-	mu  sync.Mutex
-	ops []check.Op
-}
-
-func newReader(c redis.UniversalClient, cl clock, prefix string, resources int) *reader {
-	rd := &reader{c: c, clock: cl, prefix: prefix}
-	for i := range resources {
-		rd.res = append(rd.res, resourceName(i))
-		rd.keys = append(rd.keys, prefix+"res/"+resourceName(i))
-	}
-	return rd
-}
-
-// read takes one snapshot; a failed read records nothing.
-func (rd *reader) read(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	call := rd.clock.now()
-	var marks []uint64
-	var err error
-	if rd.fetch != nil {
-		marks, err = rd.fetch(ctx, rd.keys)
-	} else {
-		var vals []any
-		if vals, err = rd.mget(ctx); err == nil {
-			marks, err = redisMarks(rd.keys, vals)
-		}
-	}
-	ret := rd.clock.now()
-	if err != nil {
-		return err
-	}
-	ops := rd.readOps(marks, call, ret)
-	rd.mu.Lock()
-	rd.ops = append(rd.ops, ops...)
-	rd.mu.Unlock()
-	return nil
-}
-
-// mget reads every mark. With minReplicas it also publishes on the same
-// connection (PUBLISH is replicated and writes no key) and waits: the
-// replicas that acknowledge the publication have every write the read saw.
-func (rd *reader) mget(ctx context.Context) ([]any, error) {
-	if rd.minReplicas <= 0 {
-		return rd.c.MGet(ctx, rd.keys...).Result()
-	}
-	pipe := rd.c.Pipeline()
-	vals := pipe.MGet(ctx, rd.keys...)
-	pipe.Publish(ctx, "fenceproxy-faults-read", "")
-	wait := redis.NewIntCmd(ctx, "wait", rd.minReplicas, 200)
-	_ = pipe.Process(ctx, wait)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	if n := wait.Val(); n < int64(rd.minReplicas) {
-		return nil, fmt.Errorf("read acknowledged by %d replicas, want %d", n, rd.minReplicas)
-	}
-	return vals.Val(), nil
-}
-
-// snapshot reads the marks from the server at addr on a connection of its
-// own (a replica, or a copy of a crashed server's files), without recording
-// them in the history.
-func (rd *reader) snapshot(addr string) ([]check.Op, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1,
-		ContextTimeoutEnabled: true, PoolSize: 1, DisableIdentity: true})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	call := rd.clock.now()
-	vals, err := c.MGet(ctx, rd.keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("MGET on %s: %w", addr, err)
-	}
-	ret := rd.clock.now()
-	marks, err := redisMarks(rd.keys, vals)
-	if err != nil {
-		return nil, err
-	}
-	return rd.readOps(marks, call, ret), nil
-}
-
-// readOps turns one snapshot of the marks into read operations.
-func (rd *reader) readOps(marks []uint64, call, ret int64) []check.Op {
-	ops := make([]check.Op, 0, len(marks))
-	for i, m := range marks {
-		ops = append(ops, check.Op{Client: -1, Replica: -1, Resource: rd.res[i], Outcome: check.Read,
-			Mark: m, Call: call, Return: ret})
-	}
-	return ops
-}
-
-// redisMarks parses MGET's values (a missing key is nil: mark 0).
-func redisMarks(keys []string, vals []any) ([]uint64, error) {
-	marks := make([]uint64, len(vals))
-	for i, v := range vals {
-		if s, ok := v.(string); ok {
-			if _, err := fmt.Sscan(s, &marks[i]); err != nil {
-				return nil, fmt.Errorf("mark %s = %q", keys[i], s)
-			}
-		}
-	}
-	return marks, nil
-}
-
-// run reads every interval until ctx is done.
-func (rd *reader) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = rd.read(300 * time.Millisecond)
-		}
-	}
-}
-
-func (rd *reader) history() []check.Op {
-	rd.mu.Lock()
-	defer rd.mu.Unlock()
-	return append([]check.Op(nil), rd.ops...)
 }

@@ -62,6 +62,9 @@ func (h *Harness) startRedis(name string, extra ...string) (*Redis, error) {
 		args := append([]string{"--save", "", "--appendonly", "no"}, extra...)
 		args = append(args, redistest.FixedArgs(port, dir)...)
 		r := &Redis{Proc: &Proc{Name: name, Bin: bin, Args: args, Dir: dir, Log: filepath.Join(dir, "redis.log"), KillWithParent: true}, Port: port, Dir: dir}
+		if h.redisEnv != nil {
+			r.Env = append(os.Environ(), h.redisEnv...)
+		}
 		if lastErr = h.launchRedis(r); lastErr == nil {
 			return r, nil
 		}

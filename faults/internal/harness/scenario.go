@@ -40,6 +40,19 @@ func scenarios(p params) []*scenario {
 		// The same load without the barrier: what it buys.
 		{name: "load-drain-off", topo: single, drainOff: true, workers: p.loadWorkers, inject: steadyLoad, fields: drainOffFields},
 		{name: "drain-wake", topo: single, noLoad: true, inject: drainWake, judge: judgeDrainWake, fields: drainWakeFields, measures: drainWakeMeasures},
+		// Order under ordinary life: clients that give up before the
+		// service has finished, a locale, a stepped store clock, many
+		// waiters, a failover with the barrier on.
+		{name: "client-gives-up", topo: single, loadCfg: giveUpLoad, inject: clientGivesUp, expect: expectGaveUp, fields: gaveUpFields},
+		{name: "locale", topo: single, redisEnv: localeEnv, inject: localeTrials, judge: judgeTrials, expect: expectCollation, fields: trialFields},
+		{name: "clock-step", topo: single, redisEnv: clockEnv, inject: clockSteps, judge: judgeClockStep, fields: clockStepFields},
+		{name: "herd", topo: single, noLoad: true, noReader: true, inject: herd, judge: judgeHerd, fields: herdFields},
+		{name: "failover-barrier", topo: sentinelTwo, upstreamTimeout: failoverBarrierUpTime, inject: failoverBarrier, judge: judgeResume, fields: resumeFields},
+		// The store goes back to an older copy of itself (same identity):
+		// refused store-lost by every replica until the runbook's recovery.
+		{name: "redis-restore", topo: single, inject: restoreScenario(redisRestore), expect: expectRestore, fields: restoreFields},
+		{name: "lagging-failover", topo: sentinelNoWait, cold: true, inject: restoreScenario(laggingFailover), expect: expectRestore, fields: restoreFields},
+		{name: "etcd-restore", topo: etcdCluster, inject: restoreScenario(etcdRestore), expect: expectRestore, fields: restoreFields},
 	}
 }
 
@@ -76,6 +89,9 @@ func runScenario(ctx context.Context, h *Harness, sc *scenario, p params, opts O
 	cfg := loadConfig{Workers: workers, Resources: p.resources, PGreater: 0.2}
 	if opts.Break == "bypass" {
 		cfg.Bypass = 0.05
+	}
+	if sc.loadCfg != nil {
+		sc.loadCfg(e, &cfg)
 	}
 	e.ld = newLoad(cfg, e.clock, e.proxies, e.up.URL(), sc.name)
 	loadCtx, stopLoad := context.WithCancel(ctx)

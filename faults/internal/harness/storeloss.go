@@ -40,6 +40,16 @@ type storeLoss struct {
 	lostSeen int   // replicas that showed the loss (/readyz 503 and fenceproxy_store_lost 1)
 	raisedN  int   // marks raised
 	erased   []check.Op
+	// firstLost is when the first request sent after the loss was
+	// answered store-lost: lost until then is the window in which a
+	// replica that never saw the store's newer state (restarted cold)
+	// could still be answered by it.
+	firstLost int64
+	// coldAt is when the replica restarted cold (sc.cold) was up again,
+	// coldLost whether it reported the loss.
+	coldAt   int64
+	coldLost bool
+	readyz   []string // /readyz of each replica once it reported the loss
 }
 
 // redisFlush: FLUSHALL on the running Redis mid-load.
@@ -92,36 +102,25 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	}
 	sl.lost = e.now()
 	if e.rd != nil {
-		reads, err := e.rd.snapshot(e.master.Addr())
+		reads, err := e.storeSnapshot()
 		if err != nil {
 			return err
 		}
 		sl.erased = reads
 	}
-	// Every replica must show the loss: not ready, the gauge at 1.
-	for _, r := range e.proxies {
-		err := waitFor(r.Proc, 5*time.Second, r.Name+" reports the store lost", func() error {
-			code, _, err := adminGet(r.AdminAddr, "/readyz")
-			if err != nil {
-				return err
-			}
-			if code != 503 {
-				return fmt.Errorf("/readyz %d", code)
-			}
-			v, err := r.metric("fenceproxy_store_lost")
-			if err != nil {
-				return err
-			}
-			if v != 1 {
-				return fmt.Errorf("fenceproxy_store_lost %v", v)
-			}
-			return nil
-		})
-		if err != nil {
-			e.logf("%v", err)
-			continue
+	// Every replica must show the loss: the gauge at 1 (and /readyz, which
+	// may or may not follow the store, is reported).
+	sl.lostSeen = e.replicasReportLost(e.proxies, sl)
+	if sl.firstLost = e.firstLostAnswer(sl.lost); sl.firstLost > 0 && e.sc.cold {
+		// A replica restarted cold once a warm one has met the loss: it
+		// never saw what the store had before, and must refuse too.
+		r := e.proxies[1]
+		if err := r.Restart(); err != nil {
+			return err
 		}
-		sl.lostSeen++
+		sl.coldAt = e.now()
+		sl.coldLost = e.replicasReportLost([]*Replica{r}, sl) == 1
+		e.logf("%s restarted cold after the loss; reports it lost: %t", r.Name, sl.coldLost)
 	}
 	// Requests sent before the fault may still be admitted (held at the
 	// drain barrier, at the upstream): wait for their answers, so that
@@ -162,7 +161,7 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	if e.rd != nil {
 		// What the store holds now, against what was admitted before the
 		// fault: lostMarks counts what the restore left below.
-		reads, err := e.rd.snapshot(e.master.Addr())
+		reads, err := e.storeSnapshot()
 		if err != nil {
 			return err
 		}
@@ -175,6 +174,19 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	}
 	e.logf("raised %d marks, store init --force: %s", sl.raisedN, strings.TrimSpace(out))
 	for _, r := range e.proxies {
+		err := waitFor(r.Proc, 15*time.Second, r.Name+" resumes after store init --force", func() error {
+			v, err := r.metric("fenceproxy_store_lost")
+			if err != nil {
+				return err
+			}
+			if v != 0 {
+				return fmt.Errorf("fenceproxy_store_lost %v", v)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 		if err := r.waitUp(true); err != nil {
 			return fmt.Errorf("after store init --force: %w", err)
 		}
@@ -182,6 +194,54 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	sl.ready = e.now()
 	e.fault(sl.start, -1)
 	return e.sleep(ctx, e.p.cooldown)
+}
+
+// storeSnapshot reads every mark from the store as it is now: the Redis
+// master, or every etcd member.
+func (e *env) storeSnapshot() ([]check.Op, error) {
+	if e.etcd != nil {
+		return e.etcdSnapshot(e.etcd.Members...)
+	}
+	return e.rd.snapshot(e.master.Addr())
+}
+
+// replicasReportLost waits (5 s at most each) until each replica's
+// fenceproxy_store_lost is 1, and returns how many did; their /readyz
+// answers go to sl.readyz.
+func (e *env) replicasReportLost(rs []*Replica, sl *storeLoss) int {
+	n := 0
+	for _, r := range rs {
+		err := waitFor(r.Proc, 5*time.Second, r.Name+" reports the store lost", func() error {
+			v, err := r.metric("fenceproxy_store_lost")
+			if err != nil {
+				return err
+			}
+			if v != 1 {
+				return fmt.Errorf("fenceproxy_store_lost %v", v)
+			}
+			return nil
+		})
+		if err != nil {
+			e.logf("%v", err)
+			continue
+		}
+		code, _, _ := adminGet(r.AdminAddr, "/readyz")
+		sl.readyz = append(sl.readyz, strconv.Itoa(code))
+		n++
+	}
+	return n
+}
+
+// firstLostAnswer returns when the first request sent after t was answered
+// store-lost (0: none yet).
+func (e *env) firstLostAnswer(t int64) int64 {
+	var first int64
+	for _, o := range e.ld.history() {
+		if o.Problem == problemStoreLost && o.Call >= t && (first == 0 || o.Return < first) {
+			first = o.Return
+		}
+	}
+	return first
 }
 
 // operator runs the fenceproxy binary with args and the replicas'
@@ -283,8 +343,11 @@ func expectStoreLoss(allowUnavailable bool) func(e *env, ops []check.Op) []strin
 		}
 		var out []string
 		if sl.lostSeen != len(e.proxies) {
-			out = append(out, fmt.Sprintf("%d of %d replicas reported the store lost (/readyz 503, fenceproxy_store_lost 1)",
+			out = append(out, fmt.Sprintf("%d of %d replicas reported the store lost (fenceproxy_store_lost 1)",
 				sl.lostSeen, len(e.proxies)))
+		}
+		if e.sc.cold && !sl.coldLost {
+			out = append(out, "the replica restarted cold after the loss did not report it (fenceproxy_store_lost 1)")
 		}
 		c := e.lossCounts(ops)
 		if c.lostAns == 0 {
@@ -322,10 +385,18 @@ func storeLossFields(e *env, ops []check.Op, _ *check.Report) []string {
 	}
 	n, tok := e.lostMarks(ops)
 	ms := func(a, b int64) int64 { return time.Duration(b - a).Milliseconds() }
-	return []string{fmt.Sprintf("store_lost=%d loss_requests=%d loss_store_lost=%d loss_unavailable=%d loss_admitted=%d loss_other=%d "+
-		"replicas_lost=%d erased_marks=%d raised=%d lost_marks=%d lost_tokens=%d refused_ms=%d ready_after_init_ms=%d",
+	window := "none"
+	if sl.firstLost > 0 {
+		window = strconv.FormatInt(ms(sl.lost, sl.firstLost), 10)
+	}
+	f := []string{fmt.Sprintf("store_lost=%d loss_requests=%d loss_store_lost=%d loss_unavailable=%d loss_admitted=%d loss_other=%d "+
+		"replicas_lost=%d erased_marks=%d raised=%d lost_marks=%d lost_tokens=%d refused_ms=%d ready_after_init_ms=%d window_ms=%s readyz_when_lost=%s",
 		c.storeLost, c.inLoss, c.lostAns, c.unavailable, c.admitted, c.other,
-		sl.lostSeen, erased, sl.raisedN, n, tok, ms(sl.lost, sl.restore), ms(sl.restore, sl.ready))}
+		sl.lostSeen, erased, sl.raisedN, n, tok, ms(sl.lost, sl.restore), ms(sl.restore, sl.ready), window, joinOr(sl.readyz, "none"))}
+	if e.sc.cold {
+		f = append(f, fmt.Sprintf("cold_restarted=%t cold_lost=%t", sl.coldAt > 0, sl.coldLost))
+	}
+	return f
 }
 
 // metric sums the samples of one metric (every label set) in the

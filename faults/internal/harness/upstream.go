@@ -85,12 +85,22 @@ func (u *Upstream) URL() string { return "http://" + u.ln.Addr().String() }
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok, _ := strconv.ParseUint(strings.TrimSpace(r.Header.Get("Fencing-Token")), 10, 64)
 	res := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+	rec := check.Forward{ID: r.Header.Get(RequestIDHeader), Resource: res, Token: tok}
+	if v := r.Header.Get(sequenceHeader); v != "" {
+		rec.Seq, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		rec.HasSeq = true
+	}
+	var work time.Duration
+	if v := r.Header.Get(workHeader); v != "" {
+		work, _ = time.ParseDuration(v)
+	}
 	u.mu.Lock()
 	at := max(u.clock.now(), u.last+1)
 	u.last = at
 	i := len(u.recs)
-	id := r.Header.Get(RequestIDHeader)
-	u.recs = append(u.recs, check.Forward{ID: id, Resource: res, Token: tok, At: at})
+	id := rec.ID
+	rec.At = at
+	u.recs = append(u.recs, rec)
 	gate := u.gates[id]
 	u.mu.Unlock()
 
@@ -108,6 +118,13 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(d)
 		}
 	}
+	if work > 0 {
+		// The service's own processing time, asked for by the client: it
+		// goes on whether or not the proxy is still there (a service does
+		// not stop a write because its caller went away).
+		u.nHeld.Add(1)
+		time.Sleep(work)
+	}
 	if gate != nil {
 		select {
 		case <-gate:
@@ -124,6 +141,15 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = io.WriteString(w, "ok\n")
 }
+
+// sequenceHeader is the proxy's default sequence header
+// (FENCE_SEQUENCE_HEADER), which the upstream receives intact.
+const sequenceHeader = "Fencing-Sequence"
+
+// workHeader, when a request carries it (a Go duration), makes the upstream
+// work on the request that long once its body is read, whatever happens to
+// the connection meanwhile.
+const workHeader = "X-Faults-Work"
 
 // gate makes the upstream hold the request with id, once its body is read,
 // until release is called (or the proxy gives up on it).

@@ -1,0 +1,165 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/faults/check"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/internal/childproc"
+)
+
+// failover-barrier: a Sentinel failover under load with the drain barrier
+// on. A master, two replicas, three sentinels, FENCE_REDIS_MIN_REPLICAS=1
+// and FENCE_UPSTREAM_TIMEOUT=10s. Mid-load the master is SIGKILLed; the
+// sentinels promote a replica and point the other at it. Requests that
+// were in flight at the kill had entries whose releases went to the dead
+// master: unless a replica sends them again to the new one, every newer
+// request for their resources waits until their deadlines, up to 10 s. The
+// figure is resume_s: the seconds from the promotion (every sentinel names
+// the new master, and it says it is one) until every resource has
+// admitted a request sent after it (answered 2xx); the scenario fails past
+// resumeTarget.
+
+const (
+	resumeTarget          = 5 * time.Second
+	failoverBarrierUpTime = 10 * time.Second
+)
+
+func failoverBarrier(ctx context.Context, e *env) error {
+	if err := e.sleep(ctx, e.p.warmup); err != nil {
+		return err
+	}
+	old := e.master
+	start := e.now()
+	pid := old.Pid()
+	if err := old.Kill(); err != nil {
+		return err
+	}
+	frozen := false
+	if e.opts.Break == "norelease" {
+		// The control: replica 1 frozen at the kill, so that the releases
+		// it owes never reach the new master.
+		if err := e.proxies[1].Stop(); err != nil {
+			return err
+		}
+		if _, err := childproc.WaitStopped(e.proxies[1].Pid(), 2*time.Second); err != nil {
+			_ = e.proxies[1].Cont()
+			return err
+		}
+		frozen = true
+	}
+	next, err := e.waitNewMaster(old.Addr(), 30*time.Second)
+	if err != nil {
+		return err
+	}
+	e.promoted = e.now()
+	for _, r := range []*Redis{e.replica, e.replica2} {
+		if r != nil && r.Addr() == next {
+			e.master = r
+		}
+	}
+	e.logf("SIGKILL master %s pid %d; sentinels named %s after %v", old.Addr(), pid, next, dur(e.promoted-start))
+	// Wait until every resource admitted again, for at most the upstream
+	// deadline and a few seconds: past that the figure says enough.
+	limit := time.Now().Add(failoverBarrierUpTime + 5*time.Second)
+	for time.Now().Before(limit) && ctx.Err() == nil {
+		if _, missing := e.resume(e.ld.history()); missing == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if frozen {
+		if err := e.proxies[1].Cont(); err != nil {
+			return err
+		}
+	}
+	e.fault(start, -1)
+	return e.sleep(ctx, e.p.cooldown)
+}
+
+// waitNewMaster waits until every sentinel names one master other than
+// old, and it says it is a master; it returns its address.
+func (e *env) waitNewMaster(old string, timeout time.Duration) (string, error) {
+	var got string
+	err := waitFor(nil, timeout, "sentinels name a new master", func() error {
+		ms, err := e.sents.masters()
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m == old || m != ms[0] {
+				return fmt.Errorf("sentinels name %s", strings.Join(ms, ","))
+			}
+		}
+		info, err := redistest.Info(ms[0], nil, "replication")
+		if err != nil {
+			return err
+		}
+		if info["role"] != "master" {
+			return fmt.Errorf("%s has role %s", ms[0], info["role"])
+		}
+		got = ms[0]
+		return nil
+	})
+	return got, err
+}
+
+// resume returns, over the load's resources, the longest time from the
+// promotion to the first 2xx answer to a request sent after it, and how
+// many resources had none.
+func (e *env) resume(ops []check.Op) (time.Duration, int) {
+	if e.promoted == 0 {
+		return 0, e.p.resources
+	}
+	first := map[string]int64{}
+	for i := range ops {
+		o := &ops[i]
+		if o.Status/100 == 2 && o.Call >= e.promoted {
+			if t, ok := first[o.Resource]; !ok || o.Return < t {
+				first[o.Resource] = o.Return
+			}
+		}
+	}
+	var worst time.Duration
+	missing := 0
+	for i := range e.p.resources {
+		t, ok := first[resourceName(i)]
+		if !ok {
+			missing++
+			continue
+		}
+		worst = max(worst, time.Duration(t-e.promoted))
+	}
+	return worst, missing
+}
+
+// judgeResume: every resource admitted again within resumeTarget of the
+// promotion.
+func judgeResume(e *env, ops []check.Op, res *Result) {
+	if e.promoted == 0 {
+		res.Problems = append(res.Problems, "no promotion")
+		return
+	}
+	worst, missing := e.resume(ops)
+	switch {
+	case missing > 0:
+		res.Violations = append(res.Violations, fmt.Sprintf("failover: %d of %d resources admitted nothing sent after the promotion", missing, e.p.resources))
+	case worst > resumeTarget:
+		res.Violations = append(res.Violations, fmt.Sprintf("failover: the last resource admitted again %.1f s after the promotion (target %v): held by entries whose releases the failover lost",
+			worst.Seconds(), resumeTarget))
+	}
+}
+
+// resumeFields: resume_s (see failoverBarrier), resources_not_resumed, and
+// the 504s the barrier gave while waiting (drain timeouts show in
+// drain_timeout).
+func resumeFields(e *env, ops []check.Op, r *check.Report) []string {
+	worst, missing := e.resume(ops)
+	n504 := count(ops, func(o *check.Op) bool { return o.Status == 504 && o.Call >= e.promoted })
+	f := []string{fmt.Sprintf("resume_s=%.2f resume_target_s=%.0f resources_not_resumed=%d answered_504_after_promotion=%d upstream_timeout=%v",
+		worst.Seconds(), resumeTarget.Seconds(), missing, n504, e.upstreamTimeout())}
+	return append(f, lostFields(e, ops, r)...)
+}
