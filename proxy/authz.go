@@ -126,6 +126,9 @@ func (a *Authz) original(r *http.Request) (*http.Request, refusal, string) {
 			return nil, refOriginalAmbiguous, "the original URI " + quoteShort(uri) + " is not a path with an optional query"
 		}
 		o.URL = u
+		// The URI as the asking proxy was sent it: a raw '#' in it is
+		// refused as in a request target.
+		o.RequestURI = uri
 	case a.prefix != "":
 		path := r.URL.EscapedPath()
 		rest, ok := strings.CutPrefix(path, a.prefix)
