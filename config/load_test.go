@@ -169,7 +169,9 @@ func TestLoadValues(t *testing.T) {
 		{"bolt path", map[string]string{"FENCE_BOLT_PATH": "/var/lib/fence/marks.db"},
 			func(c *Config) bool { return c.BoltPath == "/var/lib/fence/marks.db" }},
 		{"method override headers", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": " x-verb , X-HTTP-Method-Override,X-Tunnel-Method"},
-			func(c *Config) bool { return slices.Equal(c.MethodOverrideHeaders, []string{"X-Verb", "X-Tunnel-Method"}) }},
+			func(c *Config) bool {
+				return slices.Equal(c.MethodOverrideHeaders, []string{"X-Verb", "X-Tunnel-Method"})
+			}},
 		{"no method override headers", map[string]string{},
 			func(c *Config) bool { return c.MethodOverrideHeaders == nil }},
 		{"token header canonical", map[string]string{"FENCE_TOKEN_HEADER": "x-fence-token"},

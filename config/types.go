@@ -48,10 +48,10 @@ type Config struct {
 	// headers read as the method besides the three every framework knows,
 	// in canonical form; nil: none.
 	MethodOverrideHeaders []string
-	Redis           Redis
-	Etcd            Etcd
-	Authz           Authz  // read only by LoadAuthz
-	Routes          Routes // from RoutesFile, or DefaultRoutes()
+	Redis                 Redis
+	Etcd                  Etcd
+	Authz                 Authz  // read only by LoadAuthz
+	Routes                Routes // from RoutesFile, or DefaultRoutes()
 }
 
 // Authz is the authorization mode's configuration (fenceproxy authz).
