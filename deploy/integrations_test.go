@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -74,6 +75,17 @@ func wantBreak(t *testing.T, doc, old, new, want string, check func(doc string) 
 	if got == "" || !strings.Contains(got, want) {
 		t.Errorf("want a problem containing %q, got:\n%s", want, got)
 	}
+}
+
+// span is the part of doc from the first from through the next through.
+func span(t *testing.T, doc, from, through string) string {
+	t.Helper()
+	i := strings.Index(doc, from)
+	j := strings.Index(doc[max(i, 0):], through)
+	if i < 0 || j < 0 {
+		t.Fatalf("the file changed: %q ... %q is not in it; update the case", from, through)
+	}
+	return doc[i : i+j+len(through)]
 }
 
 // ---------------------------------------------------------------------------
@@ -255,15 +267,182 @@ func checkEnvoyRoutes(bad func(string, ...any), where string, rc *routev3.RouteC
 		if _, off := vh.GetTypedPerFilterConfig()["envoy.filters.http.ext_authz"]; off {
 			bad("%s: virtual host %s has per-route ext_authz settings: it may turn the check off", where, vh.GetName())
 		}
-		for _, r := range vh.GetRoutes() {
-			if _, off := r.GetTypedPerFilterConfig()["envoy.filters.http.ext_authz"]; off {
-				bad("%s: a route of %s has per-route ext_authz settings: it may turn the check off", where, vh.GetName())
+		removed := append(slices.Clone(rc.GetRequestHeadersToRemove()), vh.GetRequestHeadersToRemove()...)
+		for _, h := range reservedHeaders {
+			if !slices.ContainsFunc(removed, func(r string) bool { return strings.EqualFold(r, h) }) {
+				bad("%s: virtual host %s does not list %s in request_headers_to_remove: a client's copy would reach the app", where, vh.GetName(), h)
 			}
+		}
+		for _, r := range vh.GetRoutes() {
 			if c := r.GetRoute().GetCluster(); c != "" && clusters[c] == nil {
 				bad("%s: a route of %s names cluster %q, which is not defined", where, vh.GetName(), c)
 			}
 		}
+		for _, p := range mustAsk {
+			r, i, err := envoyRouteFor(vh, p)
+			switch {
+			case err != nil:
+				bad("%s: virtual host %s: %v", where, vh.GetName(), err)
+				return
+			case r != nil && authzOff(r):
+				bad("%s: %s reaches route %d of %s, which turns ext_authz off: a request a route can fence would reach the app unasked", where, p, i, vh.GetName())
+			}
+		}
+		for _, p := range reads {
+			if r, i, err := envoyRouteFor(vh, p); err == nil && r != nil && !authzOff(r) {
+				bad("%s: %s reaches route %d of %s, which asks fenceproxy: reads would fail while it is down; turn ext_authz off on a route that matches only GET, HEAD and OPTIONS without a method override", where, p, i, vh.GetName())
+			}
+		}
 	}
+}
+
+// reservedHeaders are the request headers the app must never get from a
+// client (fenceproxy's answer headers, and headers frameworks read as the
+// path).
+var reservedHeaders = []string{"fence-decision", "fence-problem", "x-original-url", "x-rewrite-url"}
+
+// overrideHeaders are the method override headers fenceproxy reads.
+var overrideHeaders = []string{"x-http-method-override", "x-http-method", "x-method-override"}
+
+// probe is a request tried against a front proxy's configuration.
+type probe struct {
+	method, path string
+	headers      map[string]string // lower-case names
+}
+
+func (p probe) String() string {
+	s := p.method + " " + p.path
+	for k, v := range p.headers {
+		s += " (" + k + ": " + v + ")"
+	}
+	return s
+}
+
+// mustAsk are requests a route can fence, or that could make the app act
+// on another method: the front proxy must ask fenceproxy about each.
+var mustAsk = []probe{
+	{"PUT", "/orders/1", nil}, {"POST", "/orders", nil}, {"PATCH", "/orders/1", nil}, {"DELETE", "/orders/1", nil},
+	{"MKCOL", "/dav/x", nil}, {"get", "/orders/1", nil},
+	{"GET", "/orders/1", map[string]string{"x-http-method-override": "PUT"}},
+	{"GET", "/orders/1", map[string]string{"x-http-method": "DELETE"}},
+	{"HEAD", "/orders/1", map[string]string{"x-method-override": "PATCH"}},
+	{"POST", "/orders/1", map[string]string{"x-http-method-override": "GET"}},
+	{"GET", "/orders/1?_method=PUT", nil}, {"GET", "/orders/1?a=1&%5Fmethod=PUT", nil}, {"OPTIONS", "/orders/1?_METHOD=put", nil},
+	{"GET", "/orders/1?_%6Dethod=PUT", nil},
+}
+
+// reads are requests no route fences by default: not asked, they keep
+// flowing while fenceproxy is down.
+var reads = []probe{
+	{"GET", "/orders/1", nil}, {"HEAD", "/orders/1?page=2", nil}, {"OPTIONS", "/", nil}, {"GET", "/search?q=a%20b", nil},
+	{"GET", "/orders/1", map[string]string{"accept": "application/json"}},
+}
+
+// envoyRouteFor is the first route of vh that p matches (Envoy's order), and
+// its index; nil when none does. It understands the matchers the shipped
+// files use (prefix, path, safe_regex; header matchers with present_match
+// or string_match, invert_match) and refuses the others rather than guess.
+func envoyRouteFor(vh *routev3.VirtualHost, p probe) (*routev3.Route, int, error) {
+	pathOnly, _, _ := strings.Cut(p.path, "?")
+	for i, r := range vh.GetRoutes() {
+		m := r.GetMatch()
+		if len(m.GetQueryParameters()) > 0 || m.GetGrpc() != nil || m.GetDynamicMetadata() != nil || m.GetTlsContext() != nil {
+			return nil, 0, fmt.Errorf("route %d: a matcher this check does not evaluate", i)
+		}
+		ok := false
+		switch {
+		case m.GetPrefix() != "" || m.GetPathSpecifier() == nil:
+			ok = strings.HasPrefix(pathOnly, m.GetPrefix())
+		case m.GetPath() != "":
+			ok = pathOnly == m.GetPath()
+		case m.GetSafeRegex() != nil:
+			re, err := regexp.Compile("^(?:" + m.GetSafeRegex().GetRegex() + ")$")
+			if err != nil {
+				return nil, 0, fmt.Errorf("route %d: %w", i, err)
+			}
+			ok = re.MatchString(pathOnly)
+		default:
+			return nil, 0, fmt.Errorf("route %d: a path matcher this check does not evaluate", i)
+		}
+		for _, h := range m.GetHeaders() {
+			if !ok {
+				break
+			}
+			hm, err := envoyHeaderMatch(h, p)
+			if err != nil {
+				return nil, 0, fmt.Errorf("route %d: %w", i, err)
+			}
+			ok = hm
+		}
+		if ok {
+			return r, i, nil
+		}
+	}
+	return nil, -1, nil
+}
+
+// envoyHeaderMatch is Envoy's HeaderUtility::matchHeaders for the matchers
+// envoyRouteFor understands: an absent header matches only a present_match
+// (false, or true and inverted).
+func envoyHeaderMatch(h *routev3.HeaderMatcher, p probe) (bool, error) {
+	name := strings.ToLower(h.GetName())
+	var value string
+	var present bool
+	switch name {
+	case ":method":
+		value, present = p.method, true
+	case ":path":
+		value, present = p.path, true
+	default:
+		value, present = p.headers[name]
+	}
+	if pm, isPresent := h.GetHeaderMatchSpecifier().(*routev3.HeaderMatcher_PresentMatch); isPresent {
+		return present == pm.PresentMatch != h.GetInvertMatch(), nil
+	}
+	if !present {
+		return false, nil
+	}
+	sm := h.GetStringMatch()
+	if sm == nil {
+		return false, fmt.Errorf("header %s: a matcher this check does not evaluate", name)
+	}
+	v, ignore := value, sm.GetIgnoreCase()
+	fold := func(s string) string {
+		if ignore {
+			return strings.ToLower(s)
+		}
+		return s
+	}
+	var ok bool
+	switch {
+	case sm.GetSafeRegex() != nil:
+		re, err := regexp.Compile("^(?:" + sm.GetSafeRegex().GetRegex() + ")$")
+		if err != nil {
+			return false, fmt.Errorf("header %s: %w", name, err)
+		}
+		ok = re.MatchString(v)
+	case sm.GetExact() != "":
+		ok = fold(v) == fold(sm.GetExact())
+	case sm.GetPrefix() != "":
+		ok = strings.HasPrefix(fold(v), fold(sm.GetPrefix()))
+	case sm.GetSuffix() != "":
+		ok = strings.HasSuffix(fold(v), fold(sm.GetSuffix()))
+	case sm.GetContains() != "":
+		ok = strings.Contains(fold(v), fold(sm.GetContains()))
+	default:
+		return false, fmt.Errorf("header %s: a string matcher this check does not evaluate", name)
+	}
+	return ok != h.GetInvertMatch(), nil
+}
+
+// authzOff reports whether route r turns the ext_authz filter off.
+func authzOff(r *routev3.Route) bool {
+	a, ok := r.GetTypedPerFilterConfig()["envoy.filters.http.ext_authz"]
+	if !ok {
+		return false
+	}
+	per, ok := unpack[*extauthzv3.ExtAuthzPerRoute](a)
+	return !ok || per.GetDisabled()
 }
 
 func checkExtAuthz(bad func(string, ...any), where string, ea *extauthzv3.ExtAuthz, clusters map[string]*clusterv3.Cluster) {
@@ -342,6 +521,11 @@ func checkAllowedHeaders(bad func(string, ...any), where string, ea *extauthzv3.
 	if !slices.Contains(names, fenceHeaders[0]) {
 		bad("%s: allowed_headers lacks the token header %s", where, fenceHeaders[0])
 	}
+	for _, h := range overrideHeaders {
+		if !slices.Contains(names, h) {
+			bad("%s: allowed_headers lacks the method override header %s: fenceproxy would fence the request as its own method, the app apply the override", where, h)
+		}
+	}
 }
 
 func http2(c *clusterv3.Cluster) bool {
@@ -399,14 +583,23 @@ func TestEnvoyChecksCanFail(t *testing.T) {
 		{"gRPC over HTTP/1", grpc, "http2_protocol_options: {}", "http_protocol_options: {}", "must speak HTTP/2"},
 		{"router first", grpc, "                  - name: envoy.filters.http.ext_authz", "                  - name: envoy.filters.http.router\n                    typed_config:\n                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n                  - name: envoy.filters.http.ext_authz", "the router comes before ext_authz"},
 		{"ext_authz disabled", grpc, "                  - name: envoy.filters.http.ext_authz\n", "                  - name: envoy.filters.http.ext_authz\n                    disabled: true\n", "no enabled ext_authz filter"},
-		{"turned off on a route", grpc, "route: {cluster: app, timeout: 30s}", "route: {cluster: app, timeout: 30s}\n                          typed_per_filter_config:\n                            envoy.filters.http.ext_authz:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\n                              disabled: true", "per-route ext_authz settings"},
+		{"turned off for writes", grpc, "# Everything else is asked.\n                        - match: {prefix: \"/\"}\n                          route: {cluster: app, timeout: 30s}", "- match: {prefix: \"/\"}\n                          route: {cluster: app, timeout: 30s}\n                          typed_per_filter_config:\n                            envoy.filters.http.ext_authz:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\n                              disabled: true", "PUT /orders/1 reaches route 1 of app, which turns ext_authz off"},
+		{"a write method among the reads", grpc, `regex: "GET|HEAD|OPTIONS"`, `regex: "GET|HEAD|OPTIONS|DELETE"`, "DELETE /orders/1 reaches route 0 of app, which turns ext_authz off"},
+		{"reads without a method", grpc, "                              - name: \":method\"\n                                string_match: {safe_regex: {regex: \"GET|HEAD|OPTIONS\"}}\n", "", "PUT /orders/1 reaches route 0"},
+		{"an override header not excluded", grpc, "                              - {name: x-http-method, present_match: true, invert_match: true}\n", "", "(x-http-method: DELETE) reaches route 0"},
+		{"_method not excluded", grpc, "invert_match: true\n                          route:", "invert_match: false\n                          route:", "GET /orders/1?_method=PUT reaches route 0"},
+		{"an escaped _method not excluded", grpc, "(method|%[46]d)", "(method)", "GET /orders/1?_%6Dethod=PUT reaches route 0"},
+		{"reads asked", grpc, "                          typed_per_filter_config:\n                            envoy.filters.http.ext_authz:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\n                              disabled: true\n", "", "which asks fenceproxy: reads would fail while it is down"},
+		{"a matcher not understood", grpc, "                                invert_match: true\n                          route:", "                                invert_match: true\n                            query_parameters: [{name: a, present_match: true}]\n                          route:", "a matcher this check does not evaluate"},
+		{"client headers kept", grpc, "request_headers_to_remove: [fence-decision, fence-problem, x-original-url, x-rewrite-url]", "request_headers_to_remove: [fence-decision, fence-problem, x-original-url]", "does not list x-rewrite-url in request_headers_to_remove"},
+		{"HTTP: an override header not sent", httpv, "                          - {exact: x-method-override, ignore_case: true}\n", "", "lacks the method override header x-method-override"},
 		{"no path normalisation", grpc, "normalize_path: true", "normalize_path: false", "normalize_path and merge_slashes must be true"},
 		{"no slash merging", grpc, "merge_slashes: true", "merge_slashes: false", "normalize_path and merge_slashes must be true"},
 		{"no slash merging (HTTP)", httpv, "merge_slashes: true", "merge_slashes: false", "normalize_path and merge_slashes must be true"},
 		{"escaped slashes kept", grpc, "REJECT_REQUEST", "KEEP_UNCHANGED", "path_with_escaped_slashes_action is KEEP_UNCHANGED"},
 		{"HTTP: a client's X-Original-URI sent", httpv, "- {exact: fencing-sequence, ignore_case: true}", "- {exact: fencing-sequence, ignore_case: true}\n                          - {exact: x-original-uri, ignore_case: true}", "sends x-original-uri"},
 		{"HTTP: headers by prefix", httpv, "- {exact: fencing-sequence, ignore_case: true}", "- {prefix: x-, ignore_case: true}", "must be exact names"},
-		{"HTTP: no allowed headers", httpv, "                      allowed_headers:\n                        patterns:\n                          - {exact: fencing-token, ignore_case: true}\n                          - {exact: fencing-sequence, ignore_case: true}\n", "", "allowed_headers is empty"},
+		{"HTTP: no allowed headers", httpv, span(t, httpv, "                      allowed_headers:\n", "x-method-override, ignore_case: true}\n"), "", "allowed_headers is empty"},
 		{"HTTP: token not sent", httpv, "- {exact: fencing-token, ignore_case: true}", "- {exact: authorization, ignore_case: true}", "lacks the token header"},
 		{"HTTP: path override", httpv, "path_prefix: /fence", "path_override: /check", "path_override replaces"},
 	}
