@@ -9,6 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/fenceproxy/fenceproxy/config"
+	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
@@ -341,5 +347,35 @@ func TestUnderscoreHeaderTwinsRefused(t *testing.T) {
 		if resp.StatusCode != tc.status {
 			t.Errorf("%v: %d, want %d: %s", tc.headers, resp.StatusCode, tc.status, body)
 		}
+	}
+}
+
+// The shipped front-proxy configurations do not ask about reads: the
+// authorization mode warns, at start and on every routes reload, about a
+// route that fences one, since behind them it would never be fenced.
+func TestAuthzWarnsOfFencedReads(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	rs, err := config.ParseRoutes([]byte(`
+routes:
+  - {name: reads, methods: [GET, PUT], path: '/r/{id}', resource: 'r/{id}'}
+  - {name: writes, path: '/w/{id}', resource: 'w/{id}'}
+  - {name: open, methods: [GET], path: '/o', fence: false}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAuthz(Options{Routes: rs, Store: memstore.New(), Logger: zap.New(core)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetRoutes(rs); err != nil {
+		t.Fatal(err)
+	}
+	got := logs.FilterMessageSnippet("fences a read method").All()
+	if len(got) != 2 {
+		t.Fatalf("%d warnings, want one per load of the one route that fences GET: %v", len(got), got)
+	}
+	if f := got[0].ContextMap(); f["route"] != "reads" {
+		t.Fatalf("warning %v, want route reads", f)
 	}
 }
