@@ -48,6 +48,11 @@ func checkFenceHeader(name string) error {
 			return fmt.Errorf("%q is a hop-by-hop or framing header that proxies rewrite; choose another", name)
 		}
 	}
+	for _, h := range strippedHeaders {
+		if strings.EqualFold(name, h) {
+			return fmt.Errorf("%q is removed from every request (a client must not send it); choose another", name)
+		}
+	}
 	return nil
 }
 
@@ -101,6 +106,8 @@ func parseOverrideHeaders(v, tokenHeader, sequenceHeader string, bad func(variab
 			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is not a valid HTTP header name", h)
 		case slices.ContainsFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, h) }):
 			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is a hop-by-hop or framing header that proxies rewrite; it cannot carry a method", h)
+		case slices.ContainsFunc(strippedHeaders, func(r string) bool { return strings.EqualFold(r, h) }):
+			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is removed from every request (a client must not send it)", h)
 		case strings.EqualFold(h, tokenHeader) || strings.EqualFold(h, sequenceHeader):
 			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is the token or the sequence header", h)
 		case slices.Contains(builtinOverrideHeaders, canon):

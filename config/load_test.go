@@ -243,6 +243,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"override header not a name", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "X Verb"}, `FENCE_METHOD_OVERRIDE_HEADERS: "X Verb" is not a valid HTTP header name`},
 		{"override header hop-by-hop", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "Connection"}, `FENCE_METHOD_OVERRIDE_HEADERS: "Connection" is a hop-by-hop`},
 		{"override header is the token's", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "fencing-token"}, `FENCE_METHOD_OVERRIDE_HEADERS: "fencing-token" is the token or the sequence header`},
+		{"token header stripped", map[string]string{"FENCE_TOKEN_HEADER": "Fence-Decision"}, `FENCE_TOKEN_HEADER: "Fence-Decision" is removed from every request`},
+		{"override header stripped", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "X-Rewrite-URL"}, `FENCE_METHOD_OVERRIDE_HEADERS: "X-Rewrite-URL" is removed from every request`},
 		{"override header twice", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "X-Verb,x-verb"}, `FENCE_METHOD_OVERRIDE_HEADERS: "x-verb" is listed twice`},
 		{"mark cache negative", map[string]string{"FENCE_MARK_CACHE": "-1"}, `FENCE_MARK_CACHE: "-1" must be a whole number`},
 		{"token leeway negative", map[string]string{"FENCE_TOKEN_LEEWAY": "-1s"}, `FENCE_TOKEN_LEEWAY: "-1s" must be a duration from 0s to 1h`},
