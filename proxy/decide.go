@@ -107,7 +107,10 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 	v.rt = rt
 
 	if !rt.fences(method) {
-		if p.fencedOnceUpperCased(tab, method, canon) {
+		// The request's own method, also under an override to an unfenced
+		// one: "put" with X-HTTP-Method-Override: GET reaches an app that
+		// ignores overrides as a PUT once upper-cased.
+		if p.fencedOnceUpperCased(tab, r.Method, canon) {
 			return v.refused(refMethodCase, "the method is not in upper case, and in upper case it is fenced on this path "+
 				"(many frameworks upper-case it): send it in upper case with a fencing token")
 		}

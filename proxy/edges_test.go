@@ -221,6 +221,19 @@ func TestMethodOverride(t *testing.T) {
 	}
 }
 
+// A method fenced only once upper-cased stays refused under an override to
+// an unfenced method: an app that ignores the override upper-cases "post".
+func TestMethodCaseUnderOverride(t *testing.T) {
+	f := newFixture(t, overrideRoutes, nil)
+	resp, body := f.sendRaw("post", "/jobs/9", "X-HTTP-Method-Override", "GET")
+	if resp.StatusCode != 400 || !strings.Contains(body, "Method not in upper case") {
+		t.Fatalf("%d %s, want 400 Method not in upper case", resp.StatusCode, body)
+	}
+	if n := len(f.up.received()); n != 0 {
+		t.Fatalf("the app got %d requests", n)
+	}
+}
+
 // The authorization mode reads the override from the original request's
 // headers and X-Original-URI's query.
 func TestAuthzMethodOverride(t *testing.T) {
