@@ -42,6 +42,7 @@ FUZZTIME ?= 30s
 fuzz: ## run every fuzz target for FUZZTIME each (seeds live in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalPath$$' -fuzztime $(FUZZTIME) ./proxy
+	$(GO) test -run '^$$' -fuzz '^FuzzRequestTarget$$' -fuzztime $(FUZZTIME) ./proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRoutes$$' -fuzztime $(FUZZTIME) ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTemplate$$' -fuzztime $(FUZZTIME) ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzFoldPath$$' -fuzztime $(FUZZTIME) ./config

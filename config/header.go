@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/textproto"
 	"slices"
 	"strings"
 )
@@ -47,6 +48,11 @@ func checkFenceHeader(name string) error {
 			return fmt.Errorf("%q is a hop-by-hop or framing header that proxies rewrite; choose another", name)
 		}
 	}
+	for _, h := range strippedHeaders {
+		if strings.EqualFold(name, h) {
+			return fmt.Errorf("%q is removed from every request (a client must not send it); choose another", name)
+		}
+	}
 	return nil
 }
 
@@ -63,8 +69,54 @@ func unseenHeader(name string) string {
 	if slices.Contains(forwardingHeaders, name) {
 		return name + " is rewritten by the forwarding"
 	}
+	if slices.Contains(strippedHeaders, name) {
+		return name + " is removed from every request before the upstream (a client must not set it)"
+	}
 	if name != "Host" && slices.ContainsFunc(reservedHeaders, func(h string) bool { return strings.EqualFold(h, name) }) {
 		return name + " is a hop-by-hop or framing header that the forwarding removes or rewrites"
 	}
 	return ""
+}
+
+// strippedHeaders are removed from every request before the upstream (the
+// proxy's edges.go says why): fenceproxy's own answer headers, and the
+// headers IIS, Symfony and Zend read as the path. A resource template may
+// not read them.
+var strippedHeaders = []string{"Fence-Decision", "Fence-Problem", "X-Original-Url", "X-Rewrite-Url"}
+
+// builtinOverrideHeaders are the method override headers the proxy always
+// reads.
+var builtinOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// parseOverrideHeaders reads FENCE_METHOD_OVERRIDE_HEADERS, a comma list of
+// header names, into their canonical forms: each a valid name, none a
+// hop-by-hop or framing header (it would not reach the app, which would
+// then act on the request's own method), none the token or the sequence
+// header, none listed twice.
+func parseOverrideHeaders(v, tokenHeader, sequenceHeader string, bad func(variable, format string, args ...any)) []string {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	var out []string
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		canon := textproto.CanonicalMIMEHeaderKey(h)
+		switch {
+		case !validHeaderName(h):
+			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is not a valid HTTP header name", h)
+		case slices.ContainsFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, h) }):
+			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is a hop-by-hop or framing header that proxies rewrite; it cannot carry a method", h)
+		case slices.ContainsFunc(strippedHeaders, func(r string) bool { return strings.EqualFold(r, h) }):
+			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is removed from every request (a client must not send it)", h)
+		case strings.EqualFold(h, tokenHeader) || strings.EqualFold(h, sequenceHeader):
+			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is the token or the sequence header", h)
+		case slices.Contains(builtinOverrideHeaders, canon):
+			// Read anyway; listing it is harmless.
+		case slices.Contains(out, canon):
+			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is listed twice", h)
+		default:
+			out = append(out, canon)
+		}
+	}
+	return out
 }

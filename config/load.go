@@ -42,6 +42,7 @@ type rawEnv struct {
 	MarkCache       string `env:"FENCE_MARK_CACHE" envDefault:"100000" help:"resources whose greatest mark each replica remembers, to heal a store that lost one; 0: off"`
 	TokenKeysFile   string `env:"FENCE_TOKEN_KEYS_FILE" help:"a JWK Set: fenced requests must carry a token signed by one of its keys (re-read on change and SIGHUP)"`
 	TokenLeeway     string `env:"FENCE_TOKEN_LEEWAY" envDefault:"5s" help:"clock skew allowed for a signed token's exp and nbf (0s to 1h)"`
+	MethodOverride  string `env:"FENCE_METHOD_OVERRIDE_HEADERS" shown:"(none)" help:"comma list of more headers read as the method (beside X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override)"`
 	AuthzPathPrefix string `env:"FENCE_AUTHZ_PATH_PREFIX" help:"authz only: removed from a question's own path when no X-Original-URI or X-Forwarded-Uri names the original"`
 	AuthzGRPCAddr   string `env:"FENCE_AUTHZ_GRPC_ADDR" shown:"(unset: off)" help:"authz only: listener of Envoy's gRPC Authorization/Check"`
 
@@ -146,6 +147,8 @@ func load(environ map[string]string, authz bool) (*Config, error) {
 	} else {
 		c.SequenceHeader = textproto.CanonicalMIMEHeaderKey(raw.SequenceHeader)
 	}
+
+	c.MethodOverrideHeaders = parseOverrideHeaders(raw.MethodOverride, c.TokenHeader, c.SequenceHeader, bad)
 
 	c.StoreTimeout = parsePositiveDuration("FENCE_STORE_TIMEOUT", raw.StoreTimeout, bad)
 	c.ShutdownTimeout = parsePositiveDuration("FENCE_SHUTDOWN_TIMEOUT", raw.ShutdownTimeout, bad)

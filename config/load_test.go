@@ -168,6 +168,12 @@ func TestLoadValues(t *testing.T) {
 			func(c *Config) bool { return c.Store == StoreMemory }},
 		{"bolt path", map[string]string{"FENCE_BOLT_PATH": "/var/lib/fence/marks.db"},
 			func(c *Config) bool { return c.BoltPath == "/var/lib/fence/marks.db" }},
+		{"method override headers", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": " x-verb , X-HTTP-Method-Override,X-Tunnel-Method"},
+			func(c *Config) bool {
+				return slices.Equal(c.MethodOverrideHeaders, []string{"X-Verb", "X-Tunnel-Method"})
+			}},
+		{"no method override headers", map[string]string{},
+			func(c *Config) bool { return c.MethodOverrideHeaders == nil }},
 		{"token header canonical", map[string]string{"FENCE_TOKEN_HEADER": "x-fence-token"},
 			func(c *Config) bool { return c.TokenHeader == "X-Fence-Token" }},
 		{"sequence header canonical", map[string]string{"FENCE_SEQUENCE_HEADER": "x-fence-seq"},
@@ -234,6 +240,12 @@ func TestLoadInvalid(t *testing.T) {
 	}{
 		{"upstream missing", map[string]string{"FENCE_UPSTREAM_URL": ""}, "FENCE_UPSTREAM_URL: required"},
 		{"drain not on or off", map[string]string{"FENCE_DRAIN": "true"}, `FENCE_DRAIN: "true" must be on or off`},
+		{"override header not a name", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "X Verb"}, `FENCE_METHOD_OVERRIDE_HEADERS: "X Verb" is not a valid HTTP header name`},
+		{"override header hop-by-hop", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "Connection"}, `FENCE_METHOD_OVERRIDE_HEADERS: "Connection" is a hop-by-hop`},
+		{"override header is the token's", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "fencing-token"}, `FENCE_METHOD_OVERRIDE_HEADERS: "fencing-token" is the token or the sequence header`},
+		{"token header stripped", map[string]string{"FENCE_TOKEN_HEADER": "Fence-Decision"}, `FENCE_TOKEN_HEADER: "Fence-Decision" is removed from every request`},
+		{"override header stripped", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "X-Rewrite-URL"}, `FENCE_METHOD_OVERRIDE_HEADERS: "X-Rewrite-URL" is removed from every request`},
+		{"override header twice", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "X-Verb,x-verb"}, `FENCE_METHOD_OVERRIDE_HEADERS: "x-verb" is listed twice`},
 		{"mark cache negative", map[string]string{"FENCE_MARK_CACHE": "-1"}, `FENCE_MARK_CACHE: "-1" must be a whole number`},
 		{"token leeway negative", map[string]string{"FENCE_TOKEN_LEEWAY": "-1s"}, `FENCE_TOKEN_LEEWAY: "-1s" must be a duration from 0s to 1h`},
 		{"token leeway not a duration", map[string]string{"FENCE_TOKEN_LEEWAY": "5"}, `FENCE_TOKEN_LEEWAY: "5" must be a duration`},

@@ -44,10 +44,14 @@ type Config struct {
 	DrainTimeout    time.Duration // FENCE_DRAIN_TIMEOUT: bound on one wait at the barrier; 0 (unset) waits until the older requests end or reach their deadlines
 	TokenKeysFile   string        // FENCE_TOKEN_KEYS_FILE: a JWK Set; set, every fenced request's token is a JWS of its keys ("" = plain tokens). Read by the caller, not by Load.
 	TokenLeeway     time.Duration // FENCE_TOKEN_LEEWAY (0s-1h): clock skew allowed for a signed token's exp and nbf
-	Redis           Redis
-	Etcd            Etcd
-	Authz           Authz  // read only by LoadAuthz
-	Routes          Routes // from RoutesFile, or DefaultRoutes()
+	// MethodOverrideHeaders (FENCE_METHOD_OVERRIDE_HEADERS) are request
+	// headers read as the method besides the three every framework knows,
+	// in canonical form; nil: none.
+	MethodOverrideHeaders []string
+	Redis                 Redis
+	Etcd                  Etcd
+	Authz                 Authz  // read only by LoadAuthz
+	Routes                Routes // from RoutesFile, or DefaultRoutes()
 }
 
 // Authz is the authorization mode's configuration (fenceproxy authz).

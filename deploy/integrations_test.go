@@ -12,8 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -74,6 +76,17 @@ func wantBreak(t *testing.T, doc, old, new, want string, check func(doc string) 
 	if got == "" || !strings.Contains(got, want) {
 		t.Errorf("want a problem containing %q, got:\n%s", want, got)
 	}
+}
+
+// span is the part of doc from the first from through the next through.
+func span(t *testing.T, doc, from, through string) string {
+	t.Helper()
+	i := strings.Index(doc, from)
+	j := strings.Index(doc[max(i, 0):], through)
+	if i < 0 || j < 0 {
+		t.Fatalf("the file changed: %q ... %q is not in it; update the case", from, through)
+	}
+	return doc[i : i+j+len(through)]
 }
 
 // ---------------------------------------------------------------------------
@@ -255,15 +268,182 @@ func checkEnvoyRoutes(bad func(string, ...any), where string, rc *routev3.RouteC
 		if _, off := vh.GetTypedPerFilterConfig()["envoy.filters.http.ext_authz"]; off {
 			bad("%s: virtual host %s has per-route ext_authz settings: it may turn the check off", where, vh.GetName())
 		}
-		for _, r := range vh.GetRoutes() {
-			if _, off := r.GetTypedPerFilterConfig()["envoy.filters.http.ext_authz"]; off {
-				bad("%s: a route of %s has per-route ext_authz settings: it may turn the check off", where, vh.GetName())
+		removed := append(slices.Clone(rc.GetRequestHeadersToRemove()), vh.GetRequestHeadersToRemove()...)
+		for _, h := range reservedHeaders {
+			if !slices.ContainsFunc(removed, func(r string) bool { return strings.EqualFold(r, h) }) {
+				bad("%s: virtual host %s does not list %s in request_headers_to_remove: a client's copy would reach the app", where, vh.GetName(), h)
 			}
+		}
+		for _, r := range vh.GetRoutes() {
 			if c := r.GetRoute().GetCluster(); c != "" && clusters[c] == nil {
 				bad("%s: a route of %s names cluster %q, which is not defined", where, vh.GetName(), c)
 			}
 		}
+		for _, p := range mustAsk {
+			r, i, err := envoyRouteFor(vh, p)
+			switch {
+			case err != nil:
+				bad("%s: virtual host %s: %v", where, vh.GetName(), err)
+				return
+			case r != nil && authzOff(r):
+				bad("%s: %s reaches route %d of %s, which turns ext_authz off: a request a route can fence would reach the app unasked", where, p, i, vh.GetName())
+			}
+		}
+		for _, p := range reads {
+			if r, i, err := envoyRouteFor(vh, p); err == nil && r != nil && !authzOff(r) {
+				bad("%s: %s reaches route %d of %s, which asks fenceproxy: reads would fail while it is down; turn ext_authz off on a route that matches only GET, HEAD and OPTIONS without a method override", where, p, i, vh.GetName())
+			}
+		}
 	}
+}
+
+// reservedHeaders are the request headers the app must never get from a
+// client (fenceproxy's answer headers, and headers frameworks read as the
+// path).
+var reservedHeaders = []string{"fence-decision", "fence-problem", "x-original-url", "x-rewrite-url"}
+
+// overrideHeaders are the method override headers fenceproxy reads.
+var overrideHeaders = []string{"x-http-method-override", "x-http-method", "x-method-override"}
+
+// probe is a request tried against a front proxy's configuration.
+type probe struct {
+	method, path string
+	headers      map[string]string // lower-case names
+}
+
+func (p probe) String() string {
+	s := p.method + " " + p.path
+	for k, v := range p.headers {
+		s += " (" + k + ": " + v + ")"
+	}
+	return s
+}
+
+// mustAsk are requests a route can fence, or that could make the app act
+// on another method: the front proxy must ask fenceproxy about each.
+var mustAsk = []probe{
+	{"PUT", "/orders/1", nil}, {"POST", "/orders", nil}, {"PATCH", "/orders/1", nil}, {"DELETE", "/orders/1", nil},
+	{"MKCOL", "/dav/x", nil}, {"get", "/orders/1", nil},
+	{"GET", "/orders/1", map[string]string{"x-http-method-override": "PUT"}},
+	{"GET", "/orders/1", map[string]string{"x-http-method": "DELETE"}},
+	{"HEAD", "/orders/1", map[string]string{"x-method-override": "PATCH"}},
+	{"POST", "/orders/1", map[string]string{"x-http-method-override": "GET"}},
+	{"GET", "/orders/1?_method=PUT", nil}, {"GET", "/orders/1?a=1&%5Fmethod=PUT", nil}, {"OPTIONS", "/orders/1?_METHOD=put", nil},
+	{"GET", "/orders/1?_%6Dethod=PUT", nil},
+}
+
+// reads are requests no route fences by default: not asked, they keep
+// flowing while fenceproxy is down.
+var reads = []probe{
+	{"GET", "/orders/1", nil}, {"HEAD", "/orders/1?page=2", nil}, {"OPTIONS", "/", nil}, {"GET", "/search?q=a%20b", nil},
+	{"GET", "/orders/1", map[string]string{"accept": "application/json"}},
+}
+
+// envoyRouteFor is the first route of vh that p matches (Envoy's order), and
+// its index; nil when none does. It understands the matchers the shipped
+// files use (prefix, path, safe_regex; header matchers with present_match
+// or string_match, invert_match) and refuses the others rather than guess.
+func envoyRouteFor(vh *routev3.VirtualHost, p probe) (*routev3.Route, int, error) {
+	pathOnly, _, _ := strings.Cut(p.path, "?")
+	for i, r := range vh.GetRoutes() {
+		m := r.GetMatch()
+		if len(m.GetQueryParameters()) > 0 || m.GetGrpc() != nil || m.GetDynamicMetadata() != nil || m.GetTlsContext() != nil {
+			return nil, 0, fmt.Errorf("route %d: a matcher this check does not evaluate", i)
+		}
+		ok := false
+		switch {
+		case m.GetPrefix() != "" || m.GetPathSpecifier() == nil:
+			ok = strings.HasPrefix(pathOnly, m.GetPrefix())
+		case m.GetPath() != "":
+			ok = pathOnly == m.GetPath()
+		case m.GetSafeRegex() != nil:
+			re, err := regexp.Compile("^(?:" + m.GetSafeRegex().GetRegex() + ")$")
+			if err != nil {
+				return nil, 0, fmt.Errorf("route %d: %w", i, err)
+			}
+			ok = re.MatchString(pathOnly)
+		default:
+			return nil, 0, fmt.Errorf("route %d: a path matcher this check does not evaluate", i)
+		}
+		for _, h := range m.GetHeaders() {
+			if !ok {
+				break
+			}
+			hm, err := envoyHeaderMatch(h, p)
+			if err != nil {
+				return nil, 0, fmt.Errorf("route %d: %w", i, err)
+			}
+			ok = hm
+		}
+		if ok {
+			return r, i, nil
+		}
+	}
+	return nil, -1, nil
+}
+
+// envoyHeaderMatch is Envoy's HeaderUtility::matchHeaders for the matchers
+// envoyRouteFor understands: an absent header matches only a present_match
+// (false, or true and inverted).
+func envoyHeaderMatch(h *routev3.HeaderMatcher, p probe) (bool, error) {
+	name := strings.ToLower(h.GetName())
+	var value string
+	var present bool
+	switch name {
+	case ":method":
+		value, present = p.method, true
+	case ":path":
+		value, present = p.path, true
+	default:
+		value, present = p.headers[name]
+	}
+	if pm, isPresent := h.GetHeaderMatchSpecifier().(*routev3.HeaderMatcher_PresentMatch); isPresent {
+		return present == pm.PresentMatch != h.GetInvertMatch(), nil
+	}
+	if !present {
+		return false, nil
+	}
+	sm := h.GetStringMatch()
+	if sm == nil {
+		return false, fmt.Errorf("header %s: a matcher this check does not evaluate", name)
+	}
+	v, ignore := value, sm.GetIgnoreCase()
+	fold := func(s string) string {
+		if ignore {
+			return strings.ToLower(s)
+		}
+		return s
+	}
+	var ok bool
+	switch {
+	case sm.GetSafeRegex() != nil:
+		re, err := regexp.Compile("^(?:" + sm.GetSafeRegex().GetRegex() + ")$")
+		if err != nil {
+			return false, fmt.Errorf("header %s: %w", name, err)
+		}
+		ok = re.MatchString(v)
+	case sm.GetExact() != "":
+		ok = fold(v) == fold(sm.GetExact())
+	case sm.GetPrefix() != "":
+		ok = strings.HasPrefix(fold(v), fold(sm.GetPrefix()))
+	case sm.GetSuffix() != "":
+		ok = strings.HasSuffix(fold(v), fold(sm.GetSuffix()))
+	case sm.GetContains() != "":
+		ok = strings.Contains(fold(v), fold(sm.GetContains()))
+	default:
+		return false, fmt.Errorf("header %s: a string matcher this check does not evaluate", name)
+	}
+	return ok != h.GetInvertMatch(), nil
+}
+
+// authzOff reports whether route r turns the ext_authz filter off.
+func authzOff(r *routev3.Route) bool {
+	a, ok := r.GetTypedPerFilterConfig()["envoy.filters.http.ext_authz"]
+	if !ok {
+		return false
+	}
+	per, ok := unpack[*extauthzv3.ExtAuthzPerRoute](a)
+	return !ok || per.GetDisabled()
 }
 
 func checkExtAuthz(bad func(string, ...any), where string, ea *extauthzv3.ExtAuthz, clusters map[string]*clusterv3.Cluster) {
@@ -342,6 +522,11 @@ func checkAllowedHeaders(bad func(string, ...any), where string, ea *extauthzv3.
 	if !slices.Contains(names, fenceHeaders[0]) {
 		bad("%s: allowed_headers lacks the token header %s", where, fenceHeaders[0])
 	}
+	for _, h := range overrideHeaders {
+		if !slices.Contains(names, h) {
+			bad("%s: allowed_headers lacks the method override header %s: fenceproxy would fence the request as its own method, the app apply the override", where, h)
+		}
+	}
 }
 
 func http2(c *clusterv3.Cluster) bool {
@@ -399,14 +584,23 @@ func TestEnvoyChecksCanFail(t *testing.T) {
 		{"gRPC over HTTP/1", grpc, "http2_protocol_options: {}", "http_protocol_options: {}", "must speak HTTP/2"},
 		{"router first", grpc, "                  - name: envoy.filters.http.ext_authz", "                  - name: envoy.filters.http.router\n                    typed_config:\n                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n                  - name: envoy.filters.http.ext_authz", "the router comes before ext_authz"},
 		{"ext_authz disabled", grpc, "                  - name: envoy.filters.http.ext_authz\n", "                  - name: envoy.filters.http.ext_authz\n                    disabled: true\n", "no enabled ext_authz filter"},
-		{"turned off on a route", grpc, "route: {cluster: app, timeout: 30s}", "route: {cluster: app, timeout: 30s}\n                          typed_per_filter_config:\n                            envoy.filters.http.ext_authz:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\n                              disabled: true", "per-route ext_authz settings"},
+		{"turned off for writes", grpc, "# Everything else is asked.\n                        - match: {prefix: \"/\"}\n                          route: {cluster: app, timeout: 30s}", "- match: {prefix: \"/\"}\n                          route: {cluster: app, timeout: 30s}\n                          typed_per_filter_config:\n                            envoy.filters.http.ext_authz:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\n                              disabled: true", "PUT /orders/1 reaches route 1 of app, which turns ext_authz off"},
+		{"a write method among the reads", grpc, `regex: "GET|HEAD|OPTIONS"`, `regex: "GET|HEAD|OPTIONS|DELETE"`, "DELETE /orders/1 reaches route 0 of app, which turns ext_authz off"},
+		{"reads without a method", grpc, "                              - name: \":method\"\n                                string_match: {safe_regex: {regex: \"GET|HEAD|OPTIONS\"}}\n", "", "PUT /orders/1 reaches route 0"},
+		{"an override header not excluded", grpc, "                              - {name: x-http-method, present_match: true, invert_match: true}\n", "", "(x-http-method: DELETE) reaches route 0"},
+		{"_method not excluded", grpc, "invert_match: true\n                          route:", "invert_match: false\n                          route:", "GET /orders/1?_method=PUT reaches route 0"},
+		{"an escaped _method not excluded", grpc, "(method|%[46]d)", "(method)", "GET /orders/1?_%6Dethod=PUT reaches route 0"},
+		{"reads asked", grpc, "                          typed_per_filter_config:\n                            envoy.filters.http.ext_authz:\n                              \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\n                              disabled: true\n", "", "which asks fenceproxy: reads would fail while it is down"},
+		{"a matcher not understood", grpc, "                                invert_match: true\n                          route:", "                                invert_match: true\n                            query_parameters: [{name: a, present_match: true}]\n                          route:", "a matcher this check does not evaluate"},
+		{"client headers kept", grpc, "request_headers_to_remove: [fence-decision, fence-problem, x-original-url, x-rewrite-url]", "request_headers_to_remove: [fence-decision, fence-problem, x-original-url]", "does not list x-rewrite-url in request_headers_to_remove"},
+		{"HTTP: an override header not sent", httpv, "                          - {exact: x-method-override, ignore_case: true}\n", "", "lacks the method override header x-method-override"},
 		{"no path normalisation", grpc, "normalize_path: true", "normalize_path: false", "normalize_path and merge_slashes must be true"},
 		{"no slash merging", grpc, "merge_slashes: true", "merge_slashes: false", "normalize_path and merge_slashes must be true"},
 		{"no slash merging (HTTP)", httpv, "merge_slashes: true", "merge_slashes: false", "normalize_path and merge_slashes must be true"},
 		{"escaped slashes kept", grpc, "REJECT_REQUEST", "KEEP_UNCHANGED", "path_with_escaped_slashes_action is KEEP_UNCHANGED"},
 		{"HTTP: a client's X-Original-URI sent", httpv, "- {exact: fencing-sequence, ignore_case: true}", "- {exact: fencing-sequence, ignore_case: true}\n                          - {exact: x-original-uri, ignore_case: true}", "sends x-original-uri"},
 		{"HTTP: headers by prefix", httpv, "- {exact: fencing-sequence, ignore_case: true}", "- {prefix: x-, ignore_case: true}", "must be exact names"},
-		{"HTTP: no allowed headers", httpv, "                      allowed_headers:\n                        patterns:\n                          - {exact: fencing-token, ignore_case: true}\n                          - {exact: fencing-sequence, ignore_case: true}\n", "", "allowed_headers is empty"},
+		{"HTTP: no allowed headers", httpv, span(t, httpv, "                      allowed_headers:\n", "x-method-override, ignore_case: true}\n"), "", "allowed_headers is empty"},
 		{"HTTP: token not sent", httpv, "- {exact: fencing-token, ignore_case: true}", "- {exact: authorization, ignore_case: true}", "lacks the token header"},
 		{"HTTP: path override", httpv, "path_prefix: /fence", "path_override: /check", "path_override replaces"},
 	}
@@ -753,6 +947,32 @@ func checkIstio(spec *securityv1beta1.AuthorizationPolicy, obj *istioclient.Auth
 	if len(spec.GetRules()) == 0 {
 		bad("no rules: a CUSTOM policy without rules never asks fenceproxy")
 	}
+	asks := func(p probe) bool {
+		for i, r := range spec.GetRules() {
+			m, err := istioRuleMatches(r, p)
+			if err != nil {
+				bad("rule %d: %v", i, err)
+				return true
+			}
+			if m {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range append(slices.Clone(mustAsk), reservedProbes...) {
+		if p.queryOverride() {
+			continue // the policy cannot see the query: the README says so
+		}
+		if !asks(p) {
+			bad("%s is not asked: a request a route can fence, or that the app could act on otherwise, would reach it unasked", p)
+		}
+	}
+	for _, p := range reads {
+		if asks(p) {
+			bad("%s is asked: reads would fail while fenceproxy is down; ask for every method but GET, HEAD and OPTIONS, and for reads with a method override or a reserved header", p)
+		}
+	}
 	sel := spec.GetSelector().GetMatchLabels()
 	switch {
 	case len(sel) == 0 && len(spec.GetTargetRefs()) == 0 && spec.GetTargetRef() == nil:
@@ -801,6 +1021,72 @@ func checkIstio(spec *securityv1beta1.AuthorizationPolicy, obj *istioclient.Auth
 	return probs
 }
 
+// reservedProbes are reads carrying a header the app must never get from a
+// client: a front proxy that cannot strip it asks, and fenceproxy refuses.
+var reservedProbes = []probe{
+	{"GET", "/orders/1", map[string]string{"fence-decision": "admitted"}},
+	{"GET", "/orders/1", map[string]string{"fence-problem": "{}"}},
+	{"GET", "/orders/1", map[string]string{"x-original-url": "/admin"}},
+	{"HEAD", "/orders/1", map[string]string{"x-rewrite-url": "/admin"}},
+}
+
+// queryOverride reports whether p is a read whose only override is in its
+// query (_method).
+func (p probe) queryOverride() bool {
+	return len(p.headers) == 0 && (p.method == "GET" || p.method == "HEAD" || p.method == "OPTIONS") && strings.Contains(p.path, "?")
+}
+
+// istioRuleMatches evaluates one rule of a CUSTOM policy as Istio does for
+// the fields the shipped policy uses (to.operation methods, notMethods,
+// paths, notPaths; when on request.headers[...] with values), and refuses
+// any other rather than guess.
+func istioRuleMatches(r *securityv1beta1.Rule, p probe) (bool, error) {
+	if len(r.GetFrom()) > 0 {
+		return false, errors.New("from: a source this check does not evaluate")
+	}
+	pathOnly, _, _ := strings.Cut(p.path, "?")
+	toMatch := len(r.GetTo()) == 0
+	for _, to := range r.GetTo() {
+		o := to.GetOperation()
+		if len(o.GetHosts())+len(o.GetNotHosts())+len(o.GetPorts())+len(o.GetNotPorts()) > 0 {
+			return false, errors.New("to.operation: hosts or ports, which this check does not evaluate")
+		}
+		ok := (len(o.GetMethods()) == 0 || slices.ContainsFunc(o.GetMethods(), func(v string) bool { return istioValue(v, p.method) })) &&
+			!slices.ContainsFunc(o.GetNotMethods(), func(v string) bool { return istioValue(v, p.method) }) &&
+			(len(o.GetPaths()) == 0 || slices.ContainsFunc(o.GetPaths(), func(v string) bool { return istioValue(v, pathOnly) })) &&
+			!slices.ContainsFunc(o.GetNotPaths(), func(v string) bool { return istioValue(v, pathOnly) })
+		toMatch = toMatch || ok
+	}
+	if !toMatch {
+		return false, nil
+	}
+	for _, c := range r.GetWhen() {
+		name, ok := strings.CutPrefix(c.GetKey(), "request.headers[")
+		if !ok || !strings.HasSuffix(name, "]") || len(c.GetNotValues()) > 0 {
+			return false, fmt.Errorf("when: %s, which this check does not evaluate", c.GetKey())
+		}
+		v, present := p.headers[strings.ToLower(strings.TrimSuffix(name, "]"))]
+		if !present || !slices.ContainsFunc(c.GetValues(), func(want string) bool { return istioValue(want, v) }) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// istioValue is Istio's string match: exact, "*" (any), "prefix*" or
+// "*suffix".
+func istioValue(pattern, v string) bool {
+	switch {
+	case pattern == "*":
+		return v != ""
+	case strings.HasSuffix(pattern, "*"):
+		return strings.HasPrefix(v, strings.TrimSuffix(pattern, "*"))
+	case strings.HasPrefix(pattern, "*"):
+		return strings.HasSuffix(v, strings.TrimPrefix(pattern, "*"))
+	}
+	return pattern == v
+}
+
 func TestIstio(t *testing.T) {
 	z := authzService(t)
 	dir := filepath.Join(integrationsDir, "istio")
@@ -836,7 +1122,12 @@ func TestIstioChecksCanFail(t *testing.T) {
 		// The checks.
 		{"ALLOW instead of CUSTOM", true, "action: CUSTOM\n  provider:\n    name: fenceproxy\n", "action: ALLOW\n", "action is ALLOW"},
 		{"no rules", true, "  rules:\n", "  rulez_removed:\n", `unknown field "rulez_removed"`},
-		{"empty rules", true, "    - {}\n", "", "no rules"},
+		{"empty rules", true, span(t, policy, "  rules:\n", "x-rewrite-url]\", values: [\"*\"]}]\n"), "  rules: []\n", "no rules"},
+		{"every request asked", true, "notMethods: [GET, HEAD, OPTIONS]", "notMethods: []", "GET /orders/1 is asked: reads would fail"},
+		{"a write not asked", true, "notMethods: [GET, HEAD, OPTIONS]", "notMethods: [GET, HEAD, OPTIONS, DELETE]", "DELETE /orders/1 is not asked"},
+		{"an override header not asked", true, `    - when: [{key: "request.headers[x-http-method]", values: ["*"]}]` + "\n", "", "(x-http-method: DELETE) is not asked"},
+		{"a reserved header not asked", true, `    - when: [{key: "request.headers[fence-decision]", values: ["*"]}]` + "\n", "", "(fence-decision: admitted) is not asked"},
+		{"a condition not understood", true, `key: "request.headers[x-rewrite-url]", values: ["*"]`, `key: "source.ip", values: ["10.0.0.1"]`, "source.ip, which this check does not evaluate"},
 		{"no selector", true, "  selector:\n    matchLabels:\n      app.kubernetes.io/name: orders\n", "", "no selector"},
 		{"provider misnamed", true, "    name: fenceproxy\n", "    name: fence-proxy\n", `provider "fence-proxy" is not among`},
 		{"fails open", false, "failOpen: false", "failOpen: true", "failOpen is true"},
@@ -876,19 +1167,21 @@ func TestIstioChecksCanFail(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Traefik
 
-// Traefik's Go module is not served to this module, so its Middleware is
-// decoded strictly into the local structs below, which mirror the CRD's
-// schema for forwardAuth (traefik.io/v1alpha1 Middleware,
-// docs/content/reference/dynamic-configuration/traefik.io_middlewares.yaml
-// of Traefik v3.7): a field the CRD does not have, or a misspelled one, is an
-// error as the API server's structural schema would make it (it would prune
-// it silently). Other middleware kinds are not mirrored: the file uses
-// forwardAuth only.
+// Traefik's Go module is not served to this module, so its objects are
+// decoded strictly into the local structs below, which mirror the CRDs'
+// schemas for what the file uses (traefik.io/v1alpha1 Middleware with
+// forwardAuth or headers.customRequestHeaders, and IngressRoute; Traefik
+// v3.7's docs/content/reference/dynamic-configuration/traefik.io_*.yaml): a
+// field the CRD does not have, or a misspelled one, is an error as the API
+// server's structural schema would make it (it would prune it silently).
 type traefikMiddleware struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
 	Spec              struct {
 		ForwardAuth *traefikForwardAuth `json:"forwardAuth,omitempty"`
+		Headers     *struct {
+			CustomRequestHeaders map[string]string `json:"customRequestHeaders,omitempty"`
+		} `json:"headers,omitempty"`
 	} `json:"spec"`
 }
 
@@ -914,51 +1207,84 @@ type traefikForwardAuth struct {
 	TrustForwardHeader *bool `json:"trustForwardHeader,omitempty"`
 }
 
-// loadTraefik decodes the Middleware and the Ingress that uses it.
-func loadTraefik(doc string) (*traefikMiddleware, *networkingv1.Ingress, error) {
+type traefikIngressRoute struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		EntryPoints []string `json:"entryPoints,omitempty"`
+		Routes      []struct {
+			Kind        string `json:"kind,omitempty"`
+			Match       string `json:"match"`
+			Priority    int    `json:"priority,omitempty"`
+			Middlewares []struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace,omitempty"`
+			} `json:"middlewares,omitempty"`
+			Services []struct {
+				Name      string             `json:"name"`
+				Namespace string             `json:"namespace,omitempty"`
+				Port      intstr.IntOrString `json:"port,omitempty"`
+			} `json:"services,omitempty"`
+		} `json:"routes"`
+	} `json:"spec"`
+}
+
+// traefikObjects are the file's objects.
+type traefikObjects struct {
+	auth, strip *traefikMiddleware
+	route       *traefikIngressRoute
+}
+
+// loadTraefik decodes the Middlewares and the IngressRoute that uses them.
+func loadTraefik(doc string) (*traefikObjects, error) {
 	docs, err := splitDocs(doc)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var mw *traefikMiddleware
-	var ing *networkingv1.Ingress
+	o := &traefikObjects{}
 	for _, d := range docs {
 		var tm metav1.TypeMeta
 		if err := json.Unmarshal(d, &tm); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		switch tm.APIVersion + " " + tm.Kind {
 		case "traefik.io/v1alpha1 Middleware":
-			mw = new(traefikMiddleware)
+			mw := new(traefikMiddleware)
 			if err := decodeStrict(d, mw); err != nil {
-				return nil, nil, fmt.Errorf("Middleware: %w", err)
+				return nil, fmt.Errorf("Middleware: %w", err)
 			}
-		case "networking.k8s.io/v1 Ingress":
-			ing = new(networkingv1.Ingress)
-			if err := decodeStrict(d, ing); err != nil {
-				return nil, nil, fmt.Errorf("Ingress: %w", err)
+			switch {
+			case mw.Spec.ForwardAuth != nil:
+				o.auth = mw
+			case mw.Spec.Headers != nil:
+				o.strip = mw
+			}
+		case "traefik.io/v1alpha1 IngressRoute":
+			o.route = new(traefikIngressRoute)
+			if err := decodeStrict(d, o.route); err != nil {
+				return nil, fmt.Errorf("IngressRoute: %w", err)
 			}
 		default:
-			return nil, nil, fmt.Errorf("unexpected object %s %s", tm.APIVersion, tm.Kind)
+			return nil, fmt.Errorf("unexpected object %s %s", tm.APIVersion, tm.Kind)
 		}
 	}
-	if mw == nil || ing == nil {
-		return nil, nil, errors.New("want a traefik.io/v1alpha1 Middleware and a networking.k8s.io/v1 Ingress")
+	if o.auth == nil || o.route == nil {
+		return nil, errors.New("want a traefik.io/v1alpha1 Middleware with forwardAuth and an IngressRoute")
 	}
-	return mw, ing, nil
+	return o, nil
 }
 
 // checkTraefik: forwardAuth to the authz Service's HTTP port, Traefik's own
 // X-Forwarded-* only (trustForwardHeader false, explicitly), only the
 // headers fenceproxy reads from the client, no body, room for the problem,
-// no sign-in redirect; an Ingress of the same namespace uses it.
-func checkTraefik(mw *traefikMiddleware, ing *networkingv1.Ingress, z Authz) []string {
+// no sign-in redirect; the IngressRoute strips the reserved headers on
+// every route, asks about every request a route can fence and about no
+// read.
+func checkTraefik(o *traefikObjects, z Authz) []string {
 	var probs []string
 	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	mw := o.auth
 	fa := mw.Spec.ForwardAuth
-	if fa == nil {
-		return []string{"the Middleware has no forwardAuth"}
-	}
 	if want := fmt.Sprintf("http://%s:%d/", z.host(), z.ServiceHTTPPort); fa.Address != want {
 		bad("address %q, want fenceproxy authz's HTTP Service port %s", fa.Address, want)
 	}
@@ -971,16 +1297,23 @@ func checkTraefik(mw *traefikMiddleware, ing *networkingv1.Ingress, z Authz) []s
 	if len(fa.AuthRequestHeaders) == 0 {
 		bad("authRequestHeaders is empty, so every client header is sent: a client's X-Original-URI would name another request")
 	}
-	hasToken := false
+	var sent []string
 	for _, h := range fa.AuthRequestHeaders {
 		l := strings.ToLower(h)
 		if strings.HasPrefix(l, "x-original-") || strings.HasPrefix(l, "x-forwarded-") {
 			bad("authRequestHeaders sends the client's %s: it would name another request", h)
 		}
-		hasToken = hasToken || l == fenceHeaders[0]
+		sent = append(sent, l)
 	}
-	if len(fa.AuthRequestHeaders) > 0 && !hasToken {
-		bad("authRequestHeaders lacks the token header Fencing-Token")
+	if len(fa.AuthRequestHeaders) > 0 {
+		if !slices.Contains(sent, fenceHeaders[0]) {
+			bad("authRequestHeaders lacks the token header Fencing-Token")
+		}
+		for _, h := range overrideHeaders {
+			if !slices.Contains(sent, h) {
+				bad("authRequestHeaders lacks the method override header %s: fenceproxy would fence the request as its own method, the app apply the override", h)
+			}
+		}
 	}
 	if fa.ForwardBody {
 		bad("forwardBody is true: fenceproxy reads no body, and Traefik would buffer every body before asking")
@@ -991,21 +1324,250 @@ func checkTraefik(mw *traefikMiddleware, ing *networkingv1.Ingress, z Authz) []s
 	if fa.AuthSigninURL != "" {
 		bad("authSigninURL turns fenceproxy's 401 into a redirect")
 	}
-	ref := mw.Namespace + "-" + mw.Name + "@kubernetescrd"
-	uses := slices.Contains(strings.Split(strings.ReplaceAll(ing.Annotations["traefik.ingress.kubernetes.io/router.middlewares"], " ", ""), ","), ref)
-	if !uses || ing.Namespace != mw.Namespace {
-		bad("Ingress %s does not use the middleware (annotation traefik.ingress.kubernetes.io/router.middlewares: %s)", ing.Name, ref)
+
+	// The reserved headers: removed on every route.
+	if o.strip == nil {
+		bad("no Middleware removes the headers a client must not send (headers.customRequestHeaders with empty values)")
+	} else {
+		for _, h := range reservedHeaders {
+			found := false
+			for k, v := range o.strip.Spec.Headers.CustomRequestHeaders {
+				found = found || (strings.EqualFold(k, h) && v == "")
+			}
+			if !found {
+				bad("Middleware %s does not remove %s (customRequestHeaders %s: \"\"): a client's copy would reach the app", o.strip.Name, h, h)
+			}
+		}
+	}
+	uses := func(i int, mw *traefikMiddleware) bool {
+		if mw == nil {
+			return false
+		}
+		for _, m := range o.route.Spec.Routes[i].Middlewares {
+			if m.Name == mw.Name && (m.Namespace == "" && o.route.Namespace == mw.Namespace || m.Namespace == mw.Namespace) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range o.route.Spec.Routes {
+		if o.strip != nil && !uses(i, o.strip) {
+			bad("route %d of IngressRoute %s does not use Middleware %s: a client's Fence-Decision would reach the app", i, o.route.Name, o.strip.Name)
+		}
+	}
+	for _, p := range mustAsk {
+		if p.queryOverride() {
+			continue // only _method itself is matched: the README says so
+		}
+		i, err := traefikRouteFor(o.route, p)
+		switch {
+		case err != nil:
+			bad("%v", err)
+			return probs
+		case i >= 0 && !uses(i, mw):
+			bad("%s reaches route %d of IngressRoute %s, which does not use Middleware %s: a request a route can fence would reach the app unasked", p, i, o.route.Name, mw.Name)
+		}
+	}
+	for _, p := range reads {
+		if i, err := traefikRouteFor(o.route, p); err == nil && i >= 0 && uses(i, mw) {
+			bad("%s reaches route %d of IngressRoute %s, which asks fenceproxy: reads would fail while it is down", p, i, o.route.Name)
+		}
 	}
 	return probs
 }
 
+// traefikRouteFor is the index of the route of ir that p reaches: the
+// highest priority among those whose rule matches (every route of the file
+// sets its priority); -1 when none does.
+func traefikRouteFor(ir *traefikIngressRoute, p probe) (int, error) {
+	best, bestPrio := -1, 0
+	for i, r := range ir.Spec.Routes {
+		if r.Priority == 0 {
+			return -1, fmt.Errorf("route %d of IngressRoute %s sets no priority: Traefik would order the routes by the length of their rules", i, ir.Name)
+		}
+		m, err := traefikRuleMatches(r.Match, p)
+		if err != nil {
+			return -1, fmt.Errorf("route %d of IngressRoute %s: %w", i, ir.Name, err)
+		}
+		if m && (best < 0 || r.Priority > bestPrio) {
+			best, bestPrio = i, r.Priority
+		}
+	}
+	return best, nil
+}
+
+// traefikRuleMatches evaluates a Traefik v3 rule on p: &&, ||, ! and
+// parentheses over Method, PathPrefix, Path, Header, HeaderRegexp, Query
+// and QueryRegexp (the query read as Go's url.ParseQuery reads it, as
+// Traefik does). Any other matcher is an error rather than a guess.
+func traefikRuleMatches(rule string, p probe) (bool, error) {
+	toks, err := traefikTokens(rule)
+	if err != nil {
+		return false, err
+	}
+	ev := &traefikEval{toks: toks, p: p}
+	v, err := ev.or()
+	if err == nil && ev.i != len(toks) {
+		err = fmt.Errorf("rule %q: unexpected %q", rule, toks[ev.i])
+	}
+	return v, err
+}
+
+type traefikEval struct {
+	toks []string
+	i    int
+	p    probe
+}
+
+func (e *traefikEval) peek() string {
+	if e.i < len(e.toks) {
+		return e.toks[e.i]
+	}
+	return ""
+}
+
+func (e *traefikEval) or() (bool, error) {
+	v, err := e.and()
+	for err == nil && e.peek() == "||" {
+		e.i++
+		var w bool
+		w, err = e.and()
+		v = v || w
+	}
+	return v, err
+}
+
+func (e *traefikEval) and() (bool, error) {
+	v, err := e.unary()
+	for err == nil && e.peek() == "&&" {
+		e.i++
+		var w bool
+		w, err = e.unary()
+		v = v && w
+	}
+	return v, err
+}
+
+func (e *traefikEval) unary() (bool, error) {
+	switch t := e.peek(); {
+	case t == "!":
+		e.i++
+		v, err := e.unary()
+		return !v, err
+	case t == "(":
+		e.i++
+		v, err := e.or()
+		if e.peek() != ")" {
+			return false, errors.New("unbalanced parentheses")
+		}
+		e.i++
+		return v, err
+	case t == "":
+		return false, errors.New("the rule ends early")
+	}
+	name := e.toks[e.i]
+	e.i++
+	if e.peek() != "(" {
+		return false, fmt.Errorf("%s: want (", name)
+	}
+	e.i++
+	var args []string
+	for e.peek() != ")" {
+		a := e.peek()
+		if !strings.HasPrefix(a, "`") {
+			return false, fmt.Errorf("%s: want a `string`", name)
+		}
+		args = append(args, strings.Trim(a, "`"))
+		e.i++
+		if e.peek() == "," {
+			e.i++
+		}
+	}
+	e.i++
+	return traefikMatcher(name, args, e.p)
+}
+
+func traefikMatcher(name string, args []string, p probe) (bool, error) {
+	want := map[string]int{"Method": 1, "PathPrefix": 1, "Path": 1, "Header": 2, "HeaderRegexp": 2, "Query": 2, "QueryRegexp": 2}
+	n, ok := want[name]
+	if !ok {
+		return false, fmt.Errorf("matcher %s, which this check does not evaluate", name)
+	}
+	if len(args) != n {
+		return false, fmt.Errorf("%s takes %d arguments", name, n)
+	}
+	pathOnly, rawQuery, _ := strings.Cut(p.path, "?")
+	query, _ := url.ParseQuery(rawQuery)
+	full := func(re string) (*regexp.Regexp, error) { return regexp.Compile("^(?:" + re + ")$") }
+	switch name {
+	case "Method":
+		return p.method == args[0], nil
+	case "PathPrefix":
+		return strings.HasPrefix(pathOnly, args[0]), nil
+	case "Path":
+		return pathOnly == args[0], nil
+	case "Header":
+		v, present := p.headers[strings.ToLower(args[0])]
+		return present && v == args[1], nil
+	case "HeaderRegexp":
+		v, present := p.headers[strings.ToLower(args[0])]
+		re, err := full(args[1])
+		return present && err == nil && re.MatchString(v), err
+	case "Query":
+		return slices.Contains(query[args[0]], args[1]), nil
+	default: // QueryRegexp
+		re, err := full(args[1])
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(query[args[0]], re.MatchString), nil
+	}
+}
+
+// traefikTokens splits a rule into `strings`, identifiers, and the
+// operators && || ! ( ) ,.
+func traefikTokens(rule string) ([]string, error) {
+	var out []string
+	for i := 0; i < len(rule); {
+		c := rule[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n':
+			i++
+		case c == '`':
+			j := strings.IndexByte(rule[i+1:], '`')
+			if j < 0 {
+				return nil, errors.New("an unterminated `string`")
+			}
+			out = append(out, rule[i:i+j+2])
+			i += j + 2
+		case strings.HasPrefix(rule[i:], "&&"), strings.HasPrefix(rule[i:], "||"):
+			out = append(out, rule[i:i+2])
+			i += 2
+		case strings.IndexByte("!(),", c) >= 0:
+			out = append(out, string(c))
+			i++
+		default:
+			j := i
+			for j < len(rule) && (rule[j] == '_' || 'a' <= rule[j]|0x20 && rule[j]|0x20 <= 'z' || '0' <= rule[j] && rule[j] <= '9') {
+				j++
+			}
+			if j == i {
+				return nil, fmt.Errorf("unexpected %q in the rule", c)
+			}
+			out = append(out, rule[i:j])
+			i = j
+		}
+	}
+	return out, nil
+}
+
 func TestTraefik(t *testing.T) {
 	z := authzService(t)
-	mw, ing, err := loadTraefik(readFile(t, filepath.Join(integrationsDir, "traefik", "middleware.yaml")))
+	o, err := loadTraefik(readFile(t, filepath.Join(integrationsDir, "traefik", "middleware.yaml")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if probs := checkTraefik(mw, ing, z); len(probs) > 0 {
+	if probs := checkTraefik(o, z); len(probs) > 0 {
 		t.Errorf("checks:\n%s", strings.Join(probs, "\n"))
 	}
 }
@@ -1013,29 +1575,39 @@ func TestTraefik(t *testing.T) {
 func TestTraefikChecksCanFail(t *testing.T) {
 	z := authzService(t)
 	doc := readFile(t, filepath.Join(integrationsDir, "traefik", "middleware.yaml"))
+	readRule := "PathPrefix(`/`) && (Method(`GET`) || Method(`HEAD`) || Method(`OPTIONS`))"
 	cases := []struct{ name, old, new, want string }{
 		{"unknown field", "trustForwardHeader: false", "trustForwardHeaders: false", `unknown field "spec.forwardAuth.trustForwardHeaders"`},
 		{"field in another case", "maxResponseBodySize: 65536", "maxresponsebodysize: 65536", `unknown field "spec.forwardAuth.maxresponsebodysize"`},
 		{"wrong type", "maxResponseBodySize: 65536", "maxResponseBodySize: 64KiB", "cannot unmarshal"},
 		{"another middleware kind", "  forwardAuth:\n", "  basicAuth: {}\n  forwardAuth:\n", `unknown field "spec.basicAuth"`},
-		{"Ingress unknown field", "ingressClassName: traefik", "ingressClass: traefik", `unknown field "spec.ingressClass"`},
+		{"IngressRoute unknown field", "entryPoints: [web]", "entrypoints: [web]", `unknown field "spec.entrypoints"`},
 		{"trusts the client's X-Forwarded-*", "trustForwardHeader: false", "trustForwardHeader: true", "trustForwardHeader is true"},
 		{"trustForwardHeader unset", "    trustForwardHeader: false\n", "", "trustForwardHeader is unset"},
-		{"every client header", "    authRequestHeaders:\n      - Fencing-Token\n      - Fencing-Sequence\n", "", "authRequestHeaders is empty"},
+		{"every client header", span(t, doc, "    authRequestHeaders:\n", "      - X-Method-Override\n"), "", "authRequestHeaders is empty"},
 		{"a client's X-Original-URI", "      - Fencing-Sequence\n", "      - Fencing-Sequence\n      - X-Original-URI\n", "sends the client's X-Original-URI"},
 		{"no token", "      - Fencing-Token\n", "", "lacks the token header"},
+		{"an override header not sent", "      - X-HTTP-Method\n", "", "lacks the method override header x-http-method"},
 		{"body forwarded", "maxResponseBodySize: 65536", "maxResponseBodySize: 65536\n    forwardBody: true", "forwardBody is true"},
 		{"problem too large for Traefik", "maxResponseBodySize: 65536", "maxResponseBodySize: 100", "maxResponseBodySize must be set"},
 		{"sign-in redirect", "maxResponseBodySize: 65536", "maxResponseBodySize: 65536\n    authSigninURL: https://login.example.com/", "authSigninURL"},
 		{"wrong address", ".svc.cluster.local:8080/", ".svc.cluster.local:9191/", "want fenceproxy authz's HTTP Service port"},
-		{"Ingress without the middleware", "orders-fenceproxy@kubernetescrd", "orders-other@kubernetescrd", "does not use the middleware"},
+		{"writes without the middleware", "        - name: fenceproxy\n", "", "PUT /orders/1 reaches route 1 of IngressRoute orders, which does not use Middleware fenceproxy"},
+		{"a write among the reads", "Method(`OPTIONS`))", "Method(`OPTIONS`) || Method(`DELETE`))", "DELETE /orders/1 reaches route 0"},
+		{"an override header among the reads", " && !HeaderRegexp(`X-HTTP-Method`, `.*`)", "", "(x-http-method: DELETE) reaches route 0"},
+		{"reads asked", "      middlewares:\n        - name: fenceproxy-strip\n      services:", "      middlewares:\n        - name: fenceproxy-strip\n        - name: fenceproxy\n      services:", "which asks fenceproxy: reads would fail"},
+		{"priorities swapped", "priority: 10", "priority: 30", "GET /orders/1 reaches route 1 of IngressRoute orders, which asks fenceproxy"},
+		{"no priority", "      priority: 20\n", "", "sets no priority"},
+		{"a matcher not understood", readRule, readRule + " && ClientIP(`10.0.0.0/8`)", "matcher ClientIP"},
+		{"a reserved header kept", "      X-Rewrite-URL: \"\"\n", "", "does not remove x-rewrite-url"},
+		{"a route without the strip", "        - name: fenceproxy-strip\n        - name: fenceproxy\n", "        - name: fenceproxy\n", "route 1 of IngressRoute orders does not use Middleware fenceproxy-strip"},
 	}
 	check := func(doc string) ([]string, error) {
-		mw, ing, err := loadTraefik(doc)
+		o, err := loadTraefik(doc)
 		if err != nil {
 			return nil, err
 		}
-		return checkTraefik(mw, ing, z), nil
+		return checkTraefik(o, z), nil
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { wantBreak(t, doc, tc.old, tc.new, tc.want, check) })

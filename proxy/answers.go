@@ -31,6 +31,9 @@ const (
 	refDrainDeadline                        // the upstream deadline passed at the barrier
 	refOriginalAmbiguous                    // authorization mode: the original request named twice, differently
 	refNotCanonical                         // authorization mode: a fenced path not spelled canonically
+	refFragment                             // a raw '#' in the request target (or the original URI)
+	refMethodOverride                       // a method override that frameworks could read otherwise
+	refReservedHeader                       // authorization mode: a client's Fence-Decision, X-Original-URL...
 	numRefusals
 )
 
@@ -74,6 +77,11 @@ var answers = [numRefusals]reply{
 	refDrainDeadline:     {decAdmitted, http.StatusGatewayTimeout, "about:blank", http.StatusText(http.StatusGatewayTimeout), false},
 	refOriginalAmbiguous: {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Ambiguous original request", true},
 	refNotCanonical:      {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Path not in canonical form", false},
+	// Charged to the default rule (the route is not known yet), so refused
+	// on a dry-run route too.
+	refFragment:       {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Fragment in request target", true},
+	refMethodOverride: {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Ambiguous method override", true},
+	refReservedHeader: {decBadRequest, http.StatusBadRequest, TypeBadRequest, "Reserved header", true},
 }
 
 // problemFor is the problem answering k, with its detail.

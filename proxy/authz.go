@@ -4,9 +4,11 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
+	"go.uber.org/zap"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/fenceproxy/fenceproxy/config"
@@ -49,11 +51,46 @@ func NewAuthz(o Options, pathPrefix string) (*Authz, error) {
 	if err != nil {
 		return nil, err
 	}
+	warnFencedReads(p.log, o.Routes)
 	return &Authz{p: p, prefix: strings.TrimSuffix(pathPrefix, "/")}, nil
 }
 
 // SetRoutes puts a new route table in force, as Proxy.SetRoutes.
-func (a *Authz) SetRoutes(rs config.Routes) error { return a.p.SetRoutes(rs) }
+func (a *Authz) SetRoutes(rs config.Routes) error {
+	if err := a.p.SetRoutes(rs); err != nil {
+		return err
+	}
+	warnFencedReads(a.p.log, rs)
+	return nil
+}
+
+// readMethods are the methods the shipped front-proxy configurations do not
+// ask about (deploy/nginx, deploy/integrations): reads, so that they never
+// depend on fenceproxy.
+var readMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions}
+
+// warnFencedReads logs a warning for every rule of rs that fences GET, HEAD
+// or OPTIONS: behind a shipped front-proxy configuration such a request is
+// never asked about (so never fenced) unless the operator removed the
+// method from its read rule.
+func warnFencedReads(log *zap.Logger, rs config.Routes) {
+	for _, r := range append(slices.Clone(rs.Routes), rs.Default) {
+		if !r.Fence {
+			continue
+		}
+		var reads []string
+		for _, m := range r.Methods {
+			if slices.Contains(readMethods, m) {
+				reads = append(reads, m)
+			}
+		}
+		if len(reads) > 0 {
+			log.Warn("a route fences a read method, which the shipped nginx, Envoy, Istio and Traefik configurations do not ask about: "+
+				"remove it from their read rule, or these requests reach the app unfenced",
+				zap.String("route", r.Name), zap.Strings("methods", reads))
+		}
+	}
+}
 
 // ServeHTTP answers one authorization question: 200 with an empty body when
 // the original request is admitted or not fenced (or refused on a dry-run
@@ -126,6 +163,9 @@ func (a *Authz) original(r *http.Request) (*http.Request, refusal, string) {
 			return nil, refOriginalAmbiguous, "the original URI " + quoteShort(uri) + " is not a path with an optional query"
 		}
 		o.URL = u
+		// The URI as the asking proxy was sent it: a raw '#' in it is
+		// refused as in a request target.
+		o.RequestURI = uri
 	case a.prefix != "":
 		path := r.URL.EscapedPath()
 		rest, ok := strings.CutPrefix(path, a.prefix)

@@ -59,6 +59,25 @@ func (v *verdict) refused(k refusal, detail string) *verdict {
 // fills it and returns it.
 func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *verdict {
 	v.rt = tab.fallback
+	if targetHasFragment(r) {
+		return v.refused(refFragment, errTargetFragment.Error())
+	}
+	// Headers only fenceproxy may set, or that frameworks read as the path:
+	// stripped on the way to the upstream; in the authorization mode, where
+	// the asking proxy forwards what it was sent, refused.
+	if authz {
+		if h := reservedHeaderOf(r.Header); h != "" {
+			return v.refused(refReservedHeader, "the request carries "+h+", a header a client must not send: only fenceproxy "+
+				"sets Fence-Decision and Fence-Problem, and frameworks read X-Original-URL and X-Rewrite-URL as the path, so the "+
+				"app could act on another request than the one decided on")
+		}
+	} else {
+		stripReserved(r.Header)
+	}
+	if h := underscoreTwin(r.Header, p.overrideHeaders); h != "" {
+		return v.refused(refMethodOverride, "the request carries "+quoteShort(h)+", which CGI-style frameworks read as a "+
+			"method override header: send it with '-', not '_'")
+	}
 	escaped := r.URL.EscapedPath()
 	canon, trailing, err := CanonicalPath(escaped)
 	if err != nil {
@@ -66,11 +85,31 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 		return v.refused(refAmbiguousPath, err.Error())
 	}
 	v.canon, v.trailing = canon, trailing
-	rt, rctx := tab.match(r.Method, canon)
+	override, err := methodOverride(r, p.overrideHeaders)
+	if err != nil {
+		return v.refused(refMethodOverride, err.Error())
+	}
+	method := r.Method
+	rt, rctx := tab.match(method, canon)
+	if override != "" && override != method {
+		// The app applies the override if it honours overrides, and acts on
+		// the request's own method if it does not: fence the override's
+		// method when that is fenced, else the request's own when that is.
+		ort, orctx := tab.match(override, canon)
+		if ort.fences(override) || !rt.fences(method) {
+			tab.release(rctx)
+			rt, rctx, method = ort, orctx, override
+		} else {
+			tab.release(orctx)
+		}
+	}
 	defer tab.release(rctx)
 	v.rt = rt
 
-	if !rt.fences(r.Method) {
+	if !rt.fences(method) {
+		// The request's own method, also under an override to an unfenced
+		// one: "put" with X-HTTP-Method-Override: GET reaches an app that
+		// ignores overrides as a PUT once upper-cased.
 		if p.fencedOnceUpperCased(tab, r.Method, canon) {
 			return v.refused(refMethodCase, "the method is not in upper case, and in upper case it is fenced on this path "+
 				"(many frameworks upper-case it): send it in upper case with a fencing token")
@@ -99,6 +138,11 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 	}
 	if err == nil {
 		err = p.checkConnection(r, rt)
+	}
+	if err == nil {
+		if h := underscoreTwin(r.Header, rt.connHeaders); h != "" {
+			err = &underscoreError{header: h}
+		}
 	}
 	if err != nil {
 		var te *TokenError

@@ -53,6 +53,11 @@ type Options struct {
 	// token header must hold a JWS of its keys, and the token is its fence
 	// claim. Nil: the header holds the token as a decimal.
 	Tokens *fencejwt.Verifier
+	// MethodOverrideHeaders are request headers read as the request's
+	// method besides DefaultMethodOverrideHeaders
+	// (FENCE_METHOD_OVERRIDE_HEADERS): a request carrying one is routed and
+	// fenced as the method it names.
+	MethodOverrideHeaders []string
 	// NoDrain turns the drain barrier off for every route (FENCE_DRAIN=off).
 	NoDrain bool
 	// MarkCache is how many resources' marks the replica remembers to heal
@@ -84,8 +89,11 @@ type Proxy struct {
 	tokenHeader    string
 	sequenceHeader string
 	tokens         *fencejwt.Verifier // nil: plain tokens
-	storeTimeout   time.Duration
-	bodyTimeout    time.Duration
+	// overrideHeaders are the headers read as the request's method
+	// (edges.go), in canonical form.
+	overrideHeaders []string
+	storeTimeout    time.Duration
+	bodyTimeout     time.Duration
 	// upstreamTimeout and drainTimeout: see Options.
 	upstreamTimeout time.Duration
 	drainTimeout    time.Duration
@@ -164,6 +172,7 @@ func newProxy(o Options) (*Proxy, error) {
 		bodyTimeout:     o.BodyTimeout,
 		upstreamTimeout: o.UpstreamTimeout,
 		drainTimeout:    o.DrainTimeout,
+		overrideHeaders: overrideHeaders(o.MethodOverrideHeaders),
 		marks:           newMarkCache(o.MarkCache),
 		deadlines:       newSharedDeadline(o.StoreTimeout),
 		log:             o.Logger,

@@ -70,6 +70,9 @@ func fillResource(dst []byte, t *config.Template, r *http.Request, rctx *chi.Con
 				return nil, &templateError{"query parameter " + p.Value + " is required to name the resource"}
 			case len(vs) > 1:
 				return nil, &templateError{"query parameter " + p.Value + " is repeated; the resource would be ambiguous"}
+			case len(query) > 1 && queryTwin(query, p.Value):
+				return nil, &templateError{"the query holds another spelling of parameter " + p.Value + " (another case, '.' or " +
+					"' ' for '_', or name[...]), which some frameworks read as it; the resource would be ambiguous"}
 			case len(dst)+len(vs[0]) > MaxResourceLen:
 				return nil, errResourceTooLong
 			}

@@ -59,7 +59,11 @@ func check(ctx context.Context, args []string, environ map[string]string, stdout
 		if err != nil {
 			return fmt.Errorf("FENCE_TOKEN_KEYS_FILE: %w", err)
 		}
-		tokens = fmt.Sprintf("signed (a JWS in %s; keys %s; leeway %s)", cfg.TokenHeader, strings.Join(sortedKIDs(keys), ","), cfg.TokenLeeway)
+		kids := strings.Join(sortedKIDs(keys), ",")
+		if kids == "" {
+			kids = "none: every signed token is refused (the keys file revokes every key)"
+		}
+		tokens = fmt.Sprintf("signed (a JWS in %s; keys %s; leeway %s)", cfg.TokenHeader, kids, cfg.TokenLeeway)
 	}
 	target := "upstream=" + cfg.UpstreamURL.Redacted()
 	if cfg.Authz.Mode {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 	"github.com/fenceproxy/fenceproxy/internal/childproc"
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
 // The authorization mode behind a real nginx: Debian's nginx (auth_request
@@ -344,6 +345,38 @@ func TestNginxAuthRequest(t *testing.T) {
 		t.Fatalf("GET: %v", a)
 	}
 
+	// A raw '#': nginx passes $request_uri with it to fenceproxy and sends
+	// the app the path without it. Fenced as "/orders/42#x" it matched no
+	// {orderID:uint} route, and the default rule admitted the stale token
+	// on its own resource; now it is refused and nothing reaches the app.
+	for _, target := range []string{"/orders/42#x", "/orders/42#/x"} {
+		a = nginxSendRaw(t, listen, "PUT "+target+" HTTP/1.1\r\nHost: app\r\nFencing-Token: "+t41+"\r\nContent-Length: 5\r\n\r\nstale")
+		refused(a, 400, "urn:fenceproxy:bad-request", "bad_request")
+	}
+
+	// A method override is fenced as the method it names: a POST the
+	// framework applies as PUT is a stale write to order 42 (the default
+	// rule, which fences POST, knew no mark of its own resource).
+	a = nginxSend(t, "POST", base+"/orders/42", t41, "late 41, overridden", "X-HTTP-Method-Override", "PUT")
+	refused(a, 409, "urn:fenceproxy:stale-token", "stale")
+	a = nginxSend(t, "POST", base+"/orders/42?_method=PUT", t41, "late 41, overridden in the query")
+	refused(a, 409, "urn:fenceproxy:stale-token", "stale")
+
+	// Headers the app must never get from a client: asked even on a read,
+	// and refused.
+	for _, h := range []string{"Fence-Decision", "Fence-Problem", "X-Original-URL", "X-Rewrite-URL"} {
+		a = nginxSend(t, "GET", base+"/orders/42", "", "", h, "admitted")
+		refused(a, 400, "urn:fenceproxy:bad-request", "bad_request")
+		a = nginxSend(t, "PUT", base+"/orders/42", t42, "with "+h, h, "admitted")
+		refused(a, 400, "urn:fenceproxy:bad-request", "bad_request")
+	}
+
+	// A refusal is not an error of nginx: none of the refusals above was
+	// logged as "auth request unexpected status".
+	if log, _ := os.ReadFile(errLog); strings.Contains(string(log), "auth request unexpected status") {
+		t.Errorf("nginx logged refusals as errors:\n%s", nginxGrep(string(log), "unexpected status"))
+	}
+
 	// A dry-run route: the stale write is decided (would_stale), counted,
 	// and forwarded.
 	if a := nginxSend(t, "PUT", base+"/drafts/7", sign("5"), "draft 5"); a.status != 200 {
@@ -391,14 +424,24 @@ func TestNginxAuthRequest(t *testing.T) {
 		}
 	}
 
-	// fenceproxy authz gone: nginx answers 503 itself, and forwards nothing
-	// (fail closed), reads included.
+	// fenceproxy authz gone: nginx answers 503 itself to what it must ask,
+	// and forwards none of it (fail closed); reads are not asked, and flow.
 	fp.Term(10 * time.Second)
-	for _, r := range []struct{ method, path, token string }{{"PUT", "/orders/42", t43}, {"GET", "/orders/42", ""}} {
-		a = nginxSend(t, r.method, base+r.path, r.token, "fenceproxy down")
+	for _, r := range []struct{ method, path, token, override string }{
+		{"PUT", "/orders/42", t43, ""}, {"DELETE", "/orders/42", t43, ""}, {"GET", "/orders/42", "", "DELETE"}} {
+		var extra []string
+		if r.override != "" {
+			extra = []string{"X-HTTP-Method-Override", r.override}
+		}
+		a = nginxSend(t, r.method, base+r.path, r.token, "fenceproxy down", extra...)
 		p = refused(a, 503, "urn:fenceproxy:store-unavailable", "")
 		if a.header.Get("Retry-After") != "1" || !strings.Contains(fmt.Sprint(p["detail"]), "could not be asked") {
 			t.Errorf("%s with fenceproxy down: %v", r.method, a)
+		}
+	}
+	for _, method := range []string{"GET", "HEAD", "OPTIONS"} {
+		if a := nginxSend(t, method, base+"/orders/42?page=2", "", ""); a.status != 200 {
+			t.Errorf("%s with fenceproxy down: %v, want the app's answer", method, a)
 		}
 	}
 
@@ -410,10 +453,37 @@ func TestNginxAuthRequest(t *testing.T) {
 		"PUT /drafts/7 token=jws body=draft 5",
 		"PUT /drafts/7 token=jws body=draft 4, stale",
 		"PUT /orders/77 token=jws body=plain 42",
+		"GET /orders/42?page=2 token= body=",
+		"HEAD /orders/42?page=2 token= body=",
+		"OPTIONS /orders/42?page=2 token= body=",
 	}
 	if got := app.received(); !slices.Equal(got, want) {
 		t.Errorf("the app received\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
+}
+
+// nginxSendRaw writes raw, a whole request, to nginx at addr byte for byte
+// (a Go client drops a fragment) and returns the answer.
+func nginxSendRaw(t *testing.T, addr, raw string) nginxAnswer {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := wiretest.Answer(conn, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nginxAnswer{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
 func nginxGrep(text, substr string) string {

@@ -121,7 +121,13 @@ func TestRefusals(t *testing.T) {
 		{"fence too big", signRaw(t, ed, `{"fence":"18446744073709551616","exp":9999999999}`), "not a canonical decimal uint64"},
 		{"fence missing", signRaw(t, ed, `{"exp":9999999999}`), "claim fence is missing"},
 		{"exp missing", signRaw(t, ed, `{"fence":"42"}`), "claim exp is missing"},
-		{"exp a string", signRaw(t, ed, `{"fence":"42","exp":"soon"}`), "claim exp must be a number"},
+		{"exp a string", signRaw(t, ed, `{"fence":"42","exp":"soon"}`), "claim exp must be a JSON number"},
+		// encoding/json fills a json.Number from a numeric string: these were
+		// accepted once.
+		{"exp a numeric string", signRaw(t, ed, `{"fence":"42","exp":"9999999999"}`), "claim exp must be a JSON number"},
+		{"nbf a numeric string", signRaw(t, ed, `{"fence":"42","exp":9999999999,"nbf":"1"}`), "claim nbf must be a JSON number"},
+		{"exp null", signRaw(t, ed, `{"fence":"42","exp":null}`), "claim exp must be a JSON number"},
+		{"exp true", signRaw(t, ed, `{"fence":"42","exp":true}`), "claim exp must be a JSON number"},
 		{"res empty", signRaw(t, ed, `{"fence":"42","exp":9999999999,"res":""}`), "claim res must be a non-empty string"},
 		{"claims an array", signRaw(t, ed, `["fence"]`), "not a JSON object"},
 		{"trailing data", signRaw(t, ed, `{"fence":"42","exp":9999999999} {}`), "data after the claims"},
@@ -172,7 +178,6 @@ func TestParseKeySet(t *testing.T) {
 	}{
 		{"not json", `{`, "not a JWK Set"},
 		{"no keys", `{}`, `no "keys" array`},
-		{"empty", `{"keys":[]}`, "has no keys"},
 		{"no kid", `{"keys":[{"kty":"oct","k":"` + b64(strings.Repeat("s", 32)) + `"}]}`, `no "kid"`},
 		{"short secret", `{"keys":[{"kty":"oct","kid":"a","k":"` + b64("short") + `"}]}`, "HS256 needs at least 32"},
 		{"duplicate kid", `{"keys":[{"kty":"oct","kid":"a","k":"` + b64(strings.Repeat("s", 32)) + `"},{"kty":"oct","kid":"a","k":"` + b64(strings.Repeat("t", 32)) + `"}]}`, `kid "a" appears twice`},
@@ -187,6 +192,35 @@ func TestParseKeySet(t *testing.T) {
 				t.Fatalf("ParseKeySet = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// An empty set is valid and verifies nothing: emptying the keys file is how
+// an operator revokes every key at once, and it must not be mistaken for a
+// broken file (which would keep the old keys in force).
+func TestEmptyKeySetRevokes(t *testing.T) {
+	signers, ks, _ := newKeys(t)
+	empty, err := ParseKeySet([]byte(`{"keys":[]}`))
+	if err != nil {
+		t.Fatalf("ParseKeySet of an empty set: %v", err)
+	}
+	if empty.Len() != 0 {
+		t.Fatalf("%d keys, want 0", empty.Len())
+	}
+	v := NewVerifier(ks, time.Second, 0)
+	v.now = func() time.Time { return t0 }
+	for kind, s := range signers {
+		tok := sign(t, s, Claims{Fence: 7, Expiry: t0.Add(time.Minute)})
+		if _, err := v.Verify(tok); err != nil { // verified and cached
+			t.Fatalf("%s before revocation: %v", kind, err)
+		}
+		v.SetKeys(empty)
+		_, err := v.Verify(tok)
+		var fe *Error
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "no signing key is in force") {
+			t.Fatalf("%s after revocation: %v, want a refusal naming the empty set", kind, err)
+		}
+		v.SetKeys(ks)
 	}
 }
 

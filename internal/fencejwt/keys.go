@@ -69,6 +69,10 @@ type KeySet struct {
 	keys map[string]key
 }
 
+// EmptyKeySet is a key set with no key: every token is refused. It is what
+// an emptied ({"keys":[]}) or removed keys file puts in force.
+func EmptyKeySet() *KeySet { return &KeySet{keys: map[string]key{}} }
+
 // Len is how many keys the set holds.
 func (s *KeySet) Len() int { return len(s.keys) }
 
@@ -86,7 +90,9 @@ func (s *KeySet) KIDs() []string {
 // above; a key with "alg" names that key's algorithm, and one with "use"
 // says "sig"; an asymmetric key is public (the verifier never needs a
 // private one, and finding one here means it was shipped to the wrong
-// place). Every problem is reported, each naming its key.
+// place). Every problem is reported, each naming its key. A set with no
+// keys ({"keys":[]}) is valid and verifies nothing: that is how every key is
+// revoked at once.
 func ParseKeySet(data []byte) (*KeySet, error) {
 	var raw struct {
 		Keys []json.RawMessage `json:"keys"`
@@ -98,7 +104,9 @@ func ParseKeySet(data []byte) (*KeySet, error) {
 		return nil, errors.New(`not a JWK Set: no "keys" array`)
 	}
 	if len(raw.Keys) == 0 {
-		return nil, errors.New("the JWK Set has no keys: no token could be verified")
+		// Revocation: an operator who empties the file after a leak means
+		// "trust no key", and gets exactly that (every token refused).
+		return EmptyKeySet(), nil
 	}
 	set := &KeySet{keys: make(map[string]key, len(raw.Keys))}
 	var problems []error

@@ -73,6 +73,9 @@ func Verify(token string, keys *KeySet, now time.Time, leeway time.Duration) (Cl
 	if h.KeyID == "" {
 		return Claims{}, refuse(`the JWS header has no "kid"`)
 	}
+	if keys.Len() == 0 {
+		return Claims{}, refuse("no signing key is in force (the keys file holds none, or was removed): every signed token is refused")
+	}
 	k, ok := keys.keys[h.KeyID]
 	if !ok {
 		return Claims{}, refuse("no key with kid %s in the keys file", quote(h.KeyID))
@@ -109,7 +112,7 @@ func quote(s string) string {
 // parseClaims reads the JWT claims strictly: one JSON object with no name
 // twice (encoding/json would keep the last of two, and two readers could
 // then disagree on the token), fence a JSON string holding a canonical
-// decimal uint64, exp a number, nbf a number when present, res a non-empty
+// decimal uint64, exp a JSON number (never a string), nbf a JSON number when present, res a non-empty
 // string when present. Other claims are ignored.
 func parseClaims(payload []byte) (Claims, error) {
 	dec := json.NewDecoder(bytes.NewReader(payload))
@@ -189,6 +192,12 @@ func fenceClaim(v json.RawMessage) (uint64, error) {
 }
 
 func dateClaim(name string, v json.RawMessage) (time.Time, error) {
+	// A JSON number only: encoding/json fills a json.Number from a string
+	// too ("1700000000"), which RFC 7519 (a NumericDate is a number) and
+	// most verifiers refuse, and a lenient one would read otherwise.
+	if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+		return time.Time{}, refuse("claim %s must be a JSON number of seconds since the epoch, not a string or another type", name)
+	}
 	var n json.Number
 	if err := json.Unmarshal(v, &n); err != nil {
 		return time.Time{}, refuse("claim %s must be a number of seconds since the epoch", name)
