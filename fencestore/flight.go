@@ -18,6 +18,12 @@ import (
 // first; a request without a sequence comes before every request of its
 // token that has one (Mark.Before).
 
+// AbandonMargin is added to an older request's flight bound before a waiter that has
+// watched it that long, on its own monotonic clock, treats it as abandoned: it covers
+// the time between the owner's admission and the waiter's, and clocks that run at
+// slightly different rates.
+const AbandonMargin = time.Second
+
 // Flight is one admitted request's place in the barrier. Stores fill it;
 // callers only read Older and Expired and hand it back to Drain and Release.
 type Flight struct {
