@@ -21,17 +21,19 @@ type RoleError struct {
 }
 
 func (e *RoleError) Error() string {
-	return "redisstore: " + e.reason()
+	return "redisstore: " + e.Reason()
 }
 
-func (e *RoleError) reason() string {
+// Reason says what is wrong and what to do, without an address or a
+// credential: safe to show to a client.
+func (e *RoleError) Reason() string {
 	return "the Redis server answers as a replica (role " + e.Role + "), and admissions run only on a master: " +
 		"point the store at the master, or at Sentinel"
 }
 
 // Unwrap makes errors.As find a *fencestore.UnsafeError (whose Reason names
 // the role) and errors.Is find fencestore.ErrUnavailable.
-func (e *RoleError) Unwrap() error { return &fencestore.UnsafeError{Reason: e.reason()} }
+func (e *RoleError) Unwrap() error { return &fencestore.UnsafeError{Reason: e.Reason()} }
 
 // roleError returns a *RoleError when err is Redis refusing a script as a
 // replica does, else nil.
