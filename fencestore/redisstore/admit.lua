@@ -1,4 +1,4 @@
--- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s") of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there; returns {flag, mark, member, older, olders, regressed} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), olders those entries (the members, an empty array for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back (else 0)
+-- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s") of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there; returns {flag, mark, member, older, olders, regressed} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), olders those entries (their members, separated by spaces; "" for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back (else 0)
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
@@ -27,8 +27,9 @@
 -- duration, not a deadline), ':', the id. The entries ordered before a
 -- request are then those below its order (ZRANGEBYLEX), and an equal order,
 -- a prefix of the member, is never below it: equal orders never wait. The
--- reply lists them: they are what the request waits for (its snapshot),
--- and nothing admitted after it. No clock of the server's decides anything
+-- reply lists them, in one string (one bulk reply, not one per entry): they
+-- are what the request waits for (its snapshot), and nothing admitted after
+-- it. No clock of the server's decides anything
 -- here: a waiter times an older entry by its own monotonic clock (flight.go).
 -- The entry goes in before the mark is written, so a failed entry leaves the
 -- mark as it was. An admission without a barrier does not touch its
@@ -158,7 +159,7 @@ if idkey ~= nil then
     end
     for i = 1, n do
       local b = 6 * (i - 1)
-      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, '', 0, {}, 0
+      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, '', 0, '', 0
     end
     return out
   end
@@ -253,6 +254,7 @@ for i = 1, n do
   if #olders > 0 then
     o = 1
   end
+  olders = table.concat(olders, ' ')
   local b = 6 * (i - 1)
   out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, member, o, olders, regressed
 end

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -376,12 +377,17 @@ func recheck(ctx context.Context, p pipeliner, live []*admission, late map[strin
 		if a.err != nil || !ok || len(r) != 6 || !late[a.keys[1]] || r[3] != int64(1) {
 			continue
 		}
-		list, ok := r[4].([]any)
-		if !ok || len(list) == 0 {
+		text, ok := r[4].(string)
+		if !ok || text == "" {
 			continue
 		}
+		list := strings.Split(text, " ")
 		pipe := p.Pipeline()
-		cmd := pipe.Do(ctx, append([]any{"zmscore", a.keys[1]}, list...)...)
+		args := []any{"zmscore", a.keys[1]}
+		for _, m := range list {
+			args = append(args, m)
+		}
+		cmd := pipe.Do(ctx, args...)
 		if _, err := pipe.Exec(ctx); err != nil {
 			continue
 		}
@@ -389,13 +395,13 @@ func recheck(ctx context.Context, p pipeliner, live []*admission, late map[strin
 		if err != nil || len(scores) != len(list) {
 			continue
 		}
-		kept := make([]any, 0, len(list))
+		kept := make([]string, 0, len(list))
 		for i, v := range scores {
 			if v != nil {
 				kept = append(kept, list[i])
 			}
 		}
-		r[4] = kept
+		r[4] = strings.Join(kept, " ")
 		if len(kept) == 0 {
 			r[3] = int64(0)
 		}

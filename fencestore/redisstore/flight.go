@@ -219,15 +219,18 @@ func (fs *flights) drained(member string) {
 // admission of order own: each must be a member of an earlier order, by
 // bytes.
 func parseOlders(v any, own string) ([]older, error) {
-	list, ok := v.([]any)
+	text, ok := v.(string)
 	if !ok {
 		return nil, fmt.Errorf("unexpected snapshot %#v", v)
 	}
+	if text == "" {
+		return nil, nil
+	}
+	list := strings.Split(text, " ")
 	out := make([]older, 0, len(list))
-	for _, x := range list {
-		m, ok := x.(string)
+	for _, m := range list {
 		bound, shaped := memberBound(m)
-		if !ok || !shaped || m[:orderLen] >= own {
+		if !shaped || m[:orderLen] >= own {
 			return nil, fmt.Errorf("snapshot entry %q is not an entry ordered before %q", m, own)
 		}
 		out = append(out, older{member: m, bound: bound})

@@ -564,8 +564,8 @@ func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestor
 	}
 	member, ok1 := r[2].(string)
 	older, ok2 := r[3].(int64)
-	list, ok3 := r[4].([]any)
-	if !ok1 || !ok2 || !ok3 || (older != 0 && older != 1) || (older == 1) != (len(list) > 0) {
+	list, ok3 := r[4].(string)
+	if !ok1 || !ok2 || !ok3 || (older != 0 && older != 1) || (older == 1) != (list != "") {
 		return fencestore.Decision{}, nil, fmt.Errorf("unexpected in-flight reply %#v", r[2:5])
 	}
 	if !d.Admitted || a.Flight <= 0 {

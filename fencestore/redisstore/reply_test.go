@@ -76,7 +76,7 @@ func TestParseReply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The marks' part of the reply; no barrier: no entry.
 			if r, ok := tc.reply.([]any); ok && len(r) == 2 {
-				tc.reply = append(r, "", int64(0), []any{}, int64(0))
+				tc.reply = append(r, "", int64(0), "", int64(0))
 			}
 			d, _, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
 			if (err == nil) != tc.ok || d != tc.want {
@@ -100,7 +100,7 @@ func TestParseReplyBarrier(t *testing.T) {
 	)
 	member := order + second + "ab12"
 	olderMember := order41 + ":000000030000:cd34"
-	none := []any{}
+	none := ""
 	for _, tc := range []struct {
 		name   string
 		reply  []any
@@ -111,10 +111,10 @@ func TestParseReplyBarrier(t *testing.T) {
 	}{
 		{"entered", []any{int64(1), "42", member, int64(0), none}, flying,
 			fencestore.Flight{Key: fkey, Ref: member, Order: flying.Order()}, nil, true},
-		{"older", []any{int64(1), "42", member, int64(1), []any{olderMember}}, flying,
+		{"older", []any{int64(1), "42", member, int64(1), olderMember}, flying,
 			fencestore.Flight{Older: true, Key: fkey, Ref: member, Order: flying.Order()},
 			[]older{{member: olderMember, bound: 30 * time.Second}}, true},
-		{"with a sequence, after none", []any{int64(1), "42:7", orderSeq + second + "x", int64(1), []any{member}}, flyingSeq,
+		{"with a sequence, after none", []any{int64(1), "42:7", orderSeq + second + "x", int64(1), member}, flyingSeq,
 			fencestore.Flight{Older: true, Key: fkey, Ref: orderSeq + second + "x", Order: flyingSeq.Order()},
 			[]older{{member: member, bound: time.Second}}, true},
 		// The bound is rounded up to whole milliseconds, never down.
@@ -125,16 +125,16 @@ func TestParseReplyBarrier(t *testing.T) {
 		{"no entry for a barrier", []any{int64(1), "42", "", int64(0), none}, flying, fencestore.Flight{}, nil, false},
 		{"another order", []any{int64(1), "42", orderSeq + second + "x", int64(0), none}, flying, fencestore.Flight{}, nil, false},
 		{"short member", []any{int64(1), "42", order + ":1:x", int64(0), none}, flying, fencestore.Flight{}, nil, false},
-		{"older 2", []any{int64(1), "42", member, int64(2), []any{olderMember}}, flying, fencestore.Flight{}, nil, false},
+		{"older 2", []any{int64(1), "42", member, int64(2), olderMember}, flying, fencestore.Flight{}, nil, false},
 		{"older without a snapshot", []any{int64(1), "42", member, int64(1), none}, flying, fencestore.Flight{}, nil, false},
-		{"a snapshot, not older", []any{int64(1), "42", member, int64(0), []any{olderMember}}, flying, fencestore.Flight{}, nil, false},
-		{"a snapshot of a later order", []any{int64(1), "42:7", orderSeq + second + "x", int64(1), []any{orderSeq + second + "y"}}, flyingSeq,
+		{"a snapshot, not older", []any{int64(1), "42", member, int64(0), olderMember}, flying, fencestore.Flight{}, nil, false},
+		{"a snapshot of a later order", []any{int64(1), "42:7", orderSeq + second + "x", int64(1), orderSeq + second + "y"}, flyingSeq,
 			fencestore.Flight{}, nil, false},
-		{"a snapshot entry misshapen", []any{int64(1), "42", member, int64(1), []any{order41 + ":1:x"}}, flying, fencestore.Flight{}, nil, false},
-		{"a snapshot not a list", []any{int64(1), "42", member, int64(0), int64(0)}, flying, fencestore.Flight{}, nil, false},
+		{"a snapshot entry misshapen", []any{int64(1), "42", member, int64(1), order41 + ":1:x"}, flying, fencestore.Flight{}, nil, false},
+		{"a snapshot not a string", []any{int64(1), "42", member, int64(0), []any{}}, flying, fencestore.Flight{}, nil, false},
 		{"older a string", []any{int64(1), "42", member, "0", none}, flying, fencestore.Flight{}, nil, false},
 		{"entry without a barrier", []any{int64(1), "42", member, int64(0), none}, grounded, fencestore.Flight{}, nil, false},
-		{"older without a barrier", []any{int64(1), "42", "", int64(1), []any{olderMember}}, grounded, fencestore.Flight{}, nil, false},
+		{"older without a barrier", []any{int64(1), "42", "", int64(1), olderMember}, grounded, fencestore.Flight{}, nil, false},
 		{"entry for a refusal", []any{int64(0), "43", member, int64(0), none}, flying, fencestore.Flight{}, nil, false},
 		{"refused, no entry", []any{int64(0), "43", "", int64(0), none}, flying, fencestore.Flight{}, nil, true},
 	} {
@@ -171,7 +171,7 @@ func TestParseReplyFloor(t *testing.T) {
 		return fencestore.Admission{Resource: "r", Token: token, Sequence: seq, HasSequence: true}
 	}
 	reply := func(flag int64, mark string, regressed int64) []any {
-		return []any{flag, mark, "", int64(0), []any{}, regressed}
+		return []any{flag, mark, "", int64(0), "", regressed}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -195,8 +195,8 @@ func TestParseReplyFloor(t *testing.T) {
 		{"refused below the floor", reply(0, "6", 0), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 		{"admitted below the floor", reply(1, "5", 0), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 		{"regressed 2", reply(0, "10", 2), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
-		{"regressed a string", []any{int64(0), "10", "", int64(0), []any{}, "1"}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
-		{"five values", []any{int64(0), "10", "", int64(0), []any{}}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"regressed a string", []any{int64(0), "10", "", int64(0), "", "1"}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"five values", []any{int64(0), "10", "", int64(0), ""}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, _, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
@@ -209,7 +209,7 @@ func TestParseReplyFloor(t *testing.T) {
 
 func TestParseReplyLost(t *testing.T) {
 	a := fencestore.Admission{Resource: "r", Token: 5}
-	lost := func(found any) []any { return []any{int64(-2), found, "", int64(0), []any{}, int64(0)} }
+	lost := func(found any) []any { return []any{int64(-2), found, "", int64(0), "", int64(0)} }
 	for _, tc := range []struct {
 		name  string
 		reply []any
