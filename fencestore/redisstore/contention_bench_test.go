@@ -91,7 +91,7 @@ type stats struct {
 
 // serverStats reads the server's command counts (INFO itself left out) and
 // CPU time.
-func serverStats(b *testing.B, srv *redistest.Server) stats {
+func serverStats(b testing.TB, srv *redistest.Server) stats {
 	b.Helper()
 	text, err := srv.Client(b).Info(context.Background(), "commandstats", "cpu").Result()
 	if err != nil {
