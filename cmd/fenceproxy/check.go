@@ -265,6 +265,14 @@ func checkRedis(ctx context.Context, cfg *config.Config) []checkResult {
 		out[0] = checkResult{"warning", "store", fmt.Sprintf("redis answers PING in %v, more than FENCE_STORE_TIMEOUT (%v): "+
 			"admissions that slow are refused with 503", roundTrip(took), cfg.StoreTimeout)}
 	}
+	// Admissions run only on a master (Redis refuses their scripts on a
+	// replica): a URL that reaches a replica serves no fenced request. A
+	// Cluster client finds its masters itself.
+	if len(cfg.Redis.ClusterAddrs) == 0 {
+		if si, err := s.Server(pctx); err == nil && si.Role != "master" {
+			out[0] = checkResult{"FAILED", "store", "redis answers PING, but " + (&redisstore.RoleError{Role: si.Role}).Reason()}
+		}
+	}
 	if policy.eviction == config.EvictionOff {
 		out = append(out, checkResult{"skipped", "redis eviction", "not checked (FENCE_REDIS_EVICTION=off)"})
 	}

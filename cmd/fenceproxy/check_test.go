@@ -310,6 +310,7 @@ func TestCheckConnectRedis(t *testing.T) {
 		"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
 	noAOF := redistest.Start(t, "--appendonly", "no")
 	noConfig := redistest.Start(t, "--rename-command", "CONFIG", "")
+	replica := redistest.StartReplica(t, safe)
 	env := func(url string, extra ...string) map[string]string {
 		m := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": url}
 		for i := 0; i+1 < len(extra); i += 2 {
@@ -351,6 +352,9 @@ func TestCheckConnectRedis(t *testing.T) {
 		{"CONFIG refused", env(noConfig.URL()), true, []line{
 			{"FAILED", "redis eviction", []string{"refuses CONFIG GET", "FENCE_REDIS_EVICTION=warn", "unknown command"}},
 			{"warning", "redis persistence", []string{"refuses CONFIG GET", "FENCE_REDIS_PERSISTENCE=off"}},
+		}},
+		{"a replica", env(replica.URL()), true, []line{
+			{"FAILED", "store", []string{"answers as a replica (role slave)", "admissions run only on a master"}},
 		}},
 		{"redis down", env("redis://" + freePort(t) + "/0"), true, []line{
 			{"FAILED", "store", []string{"does not answer PING", "connection refused"}},

@@ -1,4 +1,4 @@
--- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<timeout_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s") of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there; returns {flag, mark, member, older, expired, regressed} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), expired how many such entries it found past their deadlines and dropped, regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back (else 0)
+-- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s") of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there; returns {flag, mark, member, older, olders, regressed} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), olders those entries (their members, separated by spaces; "" for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back (else 0)
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
@@ -20,18 +20,21 @@
 --
 -- The drain barrier (doc.go). An admitted request with a barrier enters the
 -- in-flight key beside its mark, a sorted set whose scores are all 0 so that
--- its members sort by their bytes: order (the token in 20 digits, ':', the
--- sequence in 20 digits or 20 '-' for none: '-' sorts before '0', so no
--- sequence comes before every sequence), ':', the deadline (Redis TIME in
--- milliseconds plus the timeout, 15 digits), ':', the id. The entries
--- ordered before a request are then those below its order (ZRANGEBYLEX),
--- and an equal order, a prefix of the member, is never below it: equal
--- orders never wait. The entry goes in before the mark is written, so a
--- failed entry leaves the mark as it was; the deadline is timed by the
--- server's clock, not by a replica that may freeze. An admission without a
--- barrier does not touch its in-flight key: the caller passes the mark key
--- again in its place, which keeps a Cluster call within one slot whatever
--- the mark key's name.
+-- its members sort by their bytes (Redis compares them with memcmp, never by
+-- a locale): order (the token in 20 digits, ':', the sequence in 20 digits
+-- or 20 '-' for none: '-' sorts before '0', so no sequence comes before
+-- every sequence), ':', the flight bound (milliseconds, 12 digits: a
+-- duration, not a deadline), ':', the id. The entries ordered before a
+-- request are then those below its order (ZRANGEBYLEX), and an equal order,
+-- a prefix of the member, is never below it: equal orders never wait. The
+-- reply lists them, in one string (one bulk reply, not one per entry): they
+-- are what the request waits for (its snapshot), and nothing admitted after
+-- it. No clock of the server's decides anything
+-- here: a waiter times an older entry by its own monotonic clock (flight.go).
+-- The entry goes in before the mark is written, so a failed entry leaves the
+-- mark as it was. An admission without a barrier does not touch its
+-- in-flight key: the caller passes the mark key again in its place, which
+-- keeps a Cluster call within one slot whatever the mark key's name.
 --
 -- The floor (fencestore.Admission.Floor): the greatest mark the replica saw
 -- for the resource. A stored mark ordered before it (token, then no
@@ -52,79 +55,41 @@ local function pad(s)
   return string.rep('0', 20 - #s) .. s
 end
 
--- millis is the server's clock (TIME) in milliseconds.
-local function millis()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- GC is how long past the longest flight entered in an in-flight key the
+-- key is kept (two days, in milliseconds): its TTL only collects a key that
+-- nobody enters any more, never an entry anybody may still wait for, so a
+-- step of the server's clock by up to a day removes nothing the barrier
+-- needs. The TTL is renewed once it falls below the flight plus GC (set to a
+-- day more, so about once a day on a busy key, not per admission).
+local GC = 172800000
 
--- older reports whether an entry of key ordered before order is in flight
--- at now (milliseconds), and how many such entries it found past their
--- deadlines and removed; an error text when a command failed. It stops at
--- the first live one.
-local function older(key, order, now)
-  local expired = 0
-  while true do
-    local page, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', 0, 16)
-    if err then return nil, expired, err end
-    for _, m in ipairs(page) do
-      local d = tonumber(string.sub(m, 43, 57))
-      if d ~= nil and d > now then
-        return 1, expired
-      end
-      -- Past its deadline (or not an entry at all): it holds nobody back.
-      local _, zerr = call('ZREM', key, m)
-      if zerr then return nil, expired, zerr end
-      expired = expired + 1
-    end
-    if #page < 16 then
-      return 0, expired
-    end
-  end
-end
-
--- enter puts an entry for the admission (token, seq) into key, in flight for
--- timeout milliseconds of the server's clock, and keeps key alive at least
--- that long (and a second more); it returns the member, whether an older
--- entry is in flight, and the expired ones it dropped, or an error text.
-local function enter(key, token, seq, timeout, id, now)
+-- enter puts an entry for the admission (token, seq) into key, with its
+-- flight bound (bound, milliseconds in decimal) and id; it returns the
+-- member and the members ordered before it (the snapshot), or an error text.
+local function enter(key, token, seq, bound, id)
   local order = pad(token) .. ':'
   if seq == '' then
     order = order .. string.rep('-', 20)
   else
     order = order .. pad(seq)
   end
-  local member = order .. ':' .. string.format('%015.0f', now + timeout) .. ':' .. id
-  -- The first entry tells most of it in one command: none means a new key
-  -- (nothing older, no TTL to read); one at or after order means nothing
-  -- older either. Only an older first entry needs the walk (older), which
-  -- also drops entries past their deadlines.
-  local first, err = call('ZRANGEBYLEX', key, '-', '+', 'LIMIT', 0, 1)
-  if err then return nil, 0, 0, err end
-  local o, expired = 0, 0
-  if #first > 0 and first[1] < order then
-    o, expired, err = older(key, order, now)
-    if err then return nil, 0, 0, err end
-  end
+  local member = order .. ':' .. string.rep('0', 12 - #bound) .. bound .. ':' .. id
+  local olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order)
+  if err then return nil, nil, err end
   local _
   _, err = call('ZADD', key, 0, member)
-  if err then return nil, 0, 0, err end
-  -- The key lives at least as long as its latest deadline: a TTL of the
-  -- flight and a second more, renewed once it has fallen below the flight
-  -- (so about once a second on a busy key, not per admission). Not PEXPIRE
-  -- GT: it takes a key without a TTL for one that never expires.
-  local ttl = -1
-  if #first > 0 then
-    ttl, err = call('PTTL', key)
-  end
-  if not err and ttl < timeout then
-    _, err = call('PEXPIRE', key, string.format('%.0f', timeout + 1000))
+  if err then return nil, nil, err end
+  local ttl
+  ttl, err = call('PTTL', key)
+  local flight = tonumber(bound)
+  if not err and ttl < flight + GC then
+    _, err = call('PEXPIRE', key, string.format('%.0f', flight + GC + 86400000))
   end
   if err then
     call('ZREM', key, member)
-    return nil, 0, 0, err
+    return nil, nil, err
   end
-  return member, o, expired
+  return member, olders
 end
 
 local nkeys, nargs = #KEYS, #ARGV
@@ -149,7 +114,7 @@ if nargs == 5 * n + 1 then
 end
 -- Every argument is checked before anything is written: a bad call writes
 -- nothing.
-local timeouts, ids, floors = {}, {}, {}
+local bounds, ids, floors = {}, {}, {}
 for i = 1, n do
   local token, mode, seq, fl, floor = ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 2], ARGV[5 * i - 1], ARGV[5 * i]
   if type(token) ~= 'string' or not canonical(token) then
@@ -162,13 +127,12 @@ for i = 1, n do
     return redis.error_reply('ERR fenceproxy: sequence is neither empty nor a canonical decimal uint64')
   end
   if fl ~= '' then
-    -- At most 12 digits: the deadline then stays within 15 digits, and
-    -- exact as a double.
+    -- At most 12 digits: the member's bound field, and exact as a double.
     local t, id = string.match(fl, '^([1-9][0-9]*) ([0-9A-Za-z]+)$')
     if t == nil or #t > 12 or #id > 64 then
-      return redis.error_reply('ERR fenceproxy: barrier is neither empty nor "<timeout_ms> <id>"')
+      return redis.error_reply('ERR fenceproxy: barrier is neither empty nor "<bound_ms> <id>"')
     end
-    timeouts[i], ids[i] = tonumber(t), id
+    bounds[i], ids[i] = t, id
   end
   if type(floor) ~= 'string' then
     return redis.error_reply('ERR fenceproxy: floor is neither empty nor a mark')
@@ -195,13 +159,12 @@ if idkey ~= nil then
     end
     for i = 1, n do
       local b = 6 * (i - 1)
-      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, '', 0, 0, 0
+      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, '', 0, '', 0
     end
     return out
   end
 end
 
-local now -- the server's clock, read once for the whole call when needed
 for i = 1, n do
   local key, fkey = KEYS[2 * i - 1], KEYS[2 * i]
   local token, mode, seq = ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 2]
@@ -261,18 +224,14 @@ for i = 1, n do
   -- The in-flight entry goes in before the mark is written: an admission
   -- whose entry fails (the in-flight key of another type, out of memory)
   -- fails as a whole and leaves the mark as it was.
-  local member, o, expired = '', 0, 0
-  if flag == 1 and timeouts[i] then
-    if now == nil then
-      now = millis()
-    end
-    local m, ferr
-    m, o, expired, ferr = enter(fkey, token, seq, timeouts[i], ids[i], now)
+  local member, olders = '', {}
+  if flag == 1 and bounds[i] then
+    local m, ol, ferr = enter(fkey, token, seq, bounds[i], ids[i])
     if ferr then
-      flag, result, write, o, expired = -1, ferr, nil, 0, 0
+      flag, result, write = -1, ferr, nil
       key = fkey
     else
-      member = m
+      member, olders = m, ol
     end
   end
   if write then
@@ -280,10 +239,10 @@ for i = 1, n do
     -- would stand on a mark that was not written.
     local _, serr = call('SET', key, write)
     if serr then
-      flag, result, o, expired = -1, serr, 0, 0
+      flag, result = -1, serr
       if member ~= '' then
         call('ZREM', fkey, member)
-        member = ''
+        member, olders = '', {}
       end
     end
   end
@@ -291,7 +250,12 @@ for i = 1, n do
     result = result .. ' at ' .. key
     regressed = 0
   end
+  local o = 0
+  if #olders > 0 then
+    o = 1
+  end
+  olders = table.concat(olders, ' ')
   local b = 6 * (i - 1)
-  out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, member, o, expired, regressed
+  out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, member, o, olders, regressed
 end
 return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,8 +31,9 @@ import (
 // every release nobody sent yet, and again those on their way in another
 // pipeline whose key one of its admissions enters. So a release made before
 // an admission was queued runs before it is decided, whichever pipelines
-// they ride. Nobody waits for a release; one that fails is logged at debug
-// level, and its entry stays until its deadline.
+// they ride. Nobody waits for a release; one the store does not acknowledge
+// goes back to the pending set, due again after its backoff, until it is
+// acknowledged or moot (release.go).
 
 // DefaultMaxBatch and DefaultPipelines are the batching defaults.
 const (
@@ -191,8 +193,27 @@ func (b *batcher) run() {
 		}
 		var own int
 		rels, own = b.pend.take(rels[:0], fkeys)
-		cmds = b.exec(batch, rels, cmds[:0])
-		b.pend.done(rels[:own])
+		var errs []error
+		cmds, errs = b.exec(batch, rels, cmds[:0])
+		b.settle(rels[:own], errs)
+	}
+}
+
+// settle tells the pending set how the releases the worker owned fared
+// (errs, aligned with them; nil: all acknowledged, or none sent).
+func (b *batcher) settle(rels []release, errs []error) {
+	var ok, failed []release
+	var last error
+	for i, r := range rels {
+		if i < len(errs) && errs[i] != nil {
+			failed, last = append(failed, r), errs[i]
+		} else {
+			ok = append(ok, r)
+		}
+	}
+	b.pend.ackedEach(ok)
+	for _, r := range b.pend.failed(failed) {
+		b.releaseFailed(r.key, last)
 	}
 }
 
@@ -215,16 +236,16 @@ admissions:
 	}
 }
 
-// releaseFailed logs a release that did not run: its entry stays until its
-// deadline, which holds the later requests of its resource back at most
-// that long. Debug level: the admissions of a store that fails fail too,
+// releaseFailed logs a release given up: moot (its waiters gave it up
+// already). Debug level: the admissions of a store that fails fail too,
 // and say so louder.
 func (b *batcher) releaseFailed(key string, err error) {
-	b.log.Debug("drain release failed; its entry stays until its deadline", zap.String("key", key), zap.Error(err))
+	b.log.Debug("drain release not acknowledged before it was moot", zap.String("key", key), zap.Error(err))
 }
 
-// exec sends one pipeline for batch and rels, and answers each admission.
-func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) []*redis.Cmd {
+// exec sends one pipeline for batch and rels, answers each admission, and
+// returns each release's error (aligned with rels).
+func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) ([]*redis.Cmd, []error) {
 	// An admission whose caller already gave up is not sent: it was
 	// answered 503, and not running it keeps the mark from advancing for it.
 	live := batch[:0]
@@ -246,7 +267,7 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) []
 		}
 	}
 	if len(live) == 0 && len(rels) == 0 {
-		return cmds
+		return cmds, nil
 	}
 	if b.onExec != nil {
 		b.onExec(len(live), len(rels))
@@ -262,13 +283,14 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) []
 		defer cancel()
 	}
 	start := time.Now()
+	errs := make([]error, len(rels))
 	switch {
 	case b.oneCall:
-		b.execOne(ctx, live, rels)
+		b.execOne(ctx, live, rels, errs)
 	case b.cluster != nil:
-		b.execNodes(ctx, live, rels)
+		b.execNodes(ctx, live, rels, errs)
 	default:
-		cmds = b.execPipeline(ctx, b.client, live, rels, cmds)
+		cmds = pipelineScripts(ctx, b.client, b.channel, live, rels, cmds, errs)
 	}
 	if b.observe != nil {
 		// Failed as the etcd store reports it: the exchange gave no answer
@@ -279,19 +301,15 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) []
 	for _, a := range live {
 		a.done <- struct{}{}
 	}
-	return cmds
-}
-
-// execPipeline sends rels and live in one pipeline on p (pipelineScripts).
-func (b *batcher) execPipeline(ctx context.Context, p scriptPipeliner, live []*admission, rels []release, cmds []*redis.Cmd) []*redis.Cmd {
-	return pipelineScripts(ctx, p, b.channel, live, rels, cmds, b.releaseFailed)
+	return cmds, errs
 }
 
 // pipelineScripts pipelines one EVALSHA of release.lua per release of rels
 // (announcing on channel), then one of admit.lua per admission of live, on
-// p, sets each admission's reply, and reports each release that failed.
+// p, sets each admission's reply, and each release's error in errs (aligned
+// with rels).
 func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, live []*admission, rels []release,
-	cmds []*redis.Cmd, failed func(key string, err error),
+	cmds []*redis.Cmd, errs []error,
 ) []*redis.Cmd {
 	pipe := p.Pipeline()
 	var relCmds []*redis.Cmd
@@ -333,9 +351,7 @@ func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, liv
 		_, _ = retry.Exec(ctx)
 	}
 	for i, c := range relCmds {
-		if err := c.Err(); err != nil {
-			failed(rels[i].key, err)
-		}
+		errs[i] = c.Err()
 	}
 	for i, a := range live {
 		a.reply, a.err = cmds[i].Result()
@@ -345,19 +361,14 @@ func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, liv
 	return cmds
 }
 
-// scriptPipeliner runs scripts, alone or in pipelines.
-type scriptPipeliner interface {
-	pipeliner
-	redis.Scripter
-}
-
-// recheck asks check.lua again whether an entry ordered before it is in
-// flight, for each admission of live that found one and entered a key of
-// late: a release of that key meant to run ahead of it ran after it (its
-// EVALSHA met NOSCRIPT, and EVAL ran it later), so the answer may be out of
-// date. A look that fails leaves the answer as it was: a Drain that waits
-// when it need not, never an admission that should have waited.
-func recheck(ctx context.Context, c redis.Scripter, live []*admission, late map[string]bool) {
+// recheck narrows the snapshot of each admission of live that entered a
+// key of late to the entries still there: a release of that key meant to
+// run ahead of it ran after it (its EVALSHA met NOSCRIPT, and EVAL ran it
+// later). Its Drain would learn so from the release's announcement anyway;
+// this keeps Older exact. A look that fails leaves the snapshot as it was:
+// a Drain that looks when it need not, never an admission that should have
+// waited.
+func recheck(ctx context.Context, p pipeliner, live []*admission, late map[string]bool) {
 	if len(late) == 0 {
 		return
 	}
@@ -366,16 +377,41 @@ func recheck(ctx context.Context, c redis.Scripter, live []*admission, late map[
 		if a.err != nil || !ok || len(r) != 6 || !late[a.keys[1]] || r[3] != int64(1) {
 			continue
 		}
-		member, _ := r[2].(string)
-		res, err := checkScript.Run(ctx, c, []string{a.keys[1]}, member).Int64Slice()
-		if err != nil || len(res) != 3 {
+		text, ok := r[4].(string)
+		if !ok || text == "" {
 			continue
 		}
-		r[3] = res[0]
-		if n, ok := r[4].(int64); ok {
-			r[4] = n + res[1]
+		list := strings.Split(text, " ")
+		pipe := p.Pipeline()
+		args := []any{"zmscore", a.keys[1]}
+		for _, m := range list {
+			args = append(args, m)
+		}
+		cmd := pipe.Do(ctx, args...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			continue
+		}
+		scores, err := cmd.Slice()
+		if err != nil || len(scores) != len(list) {
+			continue
+		}
+		kept := make([]string, 0, len(list))
+		for i, v := range scores {
+			if v != nil {
+				kept = append(kept, list[i])
+			}
+		}
+		r[4] = strings.Join(kept, " ")
+		if len(kept) == 0 {
+			r[3] = int64(0)
 		}
 	}
+}
+
+// scriptPipeliner runs scripts, alone or in pipelines.
+type scriptPipeliner interface {
+	pipeliner
+	redis.Scripter
 }
 
 // execNodes admits live and releases rels on a cluster: it pipelines each
@@ -391,10 +427,11 @@ func recheck(ctx context.Context, c redis.Scripter, live []*admission, late map[
 // A redirection (MOVED, ASK: the slot is elsewhere, or moving) is answered
 // as the error it is; the script did not run. Following it would take a
 // client for an address the ClusterClient does not lend out.
-func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []release) {
+func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []release, errs []error) {
 	type group struct {
 		live []*admission
 		rels []release
+		at   []int // each release's place in rels
 	}
 	groups := make(map[*redis.Client]*group)
 	groupFor := func(key string) (*group, error) {
@@ -409,13 +446,13 @@ func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []relea
 		}
 		return g, nil
 	}
-	for _, r := range rels {
+	for i, r := range rels {
 		g, err := groupFor(r.key)
 		if err != nil {
-			b.releaseFailed(r.key, err)
+			errs[i] = err
 			continue
 		}
-		g.rels = append(g.rels, r)
+		g.rels, g.at = append(g.rels, r), append(g.at, i)
 	}
 	for _, a := range live {
 		g, err := groupFor(a.keys[0])
@@ -427,18 +464,24 @@ func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []relea
 	}
 	var wg sync.WaitGroup
 	for node, g := range groups {
-		wg.Go(func() { b.execPipeline(ctx, node, g.live, g.rels, make([]*redis.Cmd, 0, len(g.live))) })
+		wg.Go(func() {
+			gerrs := make([]error, len(g.rels))
+			pipelineScripts(ctx, node, b.channel, g.live, g.rels, make([]*redis.Cmd, 0, len(g.live)), gerrs)
+			for j, err := range gerrs {
+				errs[g.at[j]] = err
+			}
+		})
 	}
 	wg.Wait()
 }
 
 // execOne releases rels with one run of release.lua and admits live with
 // one run of admit.lua over all their keys, in queue order, in one
-// pipeline; admit.lua's reply holds a {flag, mark, member, older, expired,
+// pipeline; admit.lua's reply holds a {flag, mark, member, older, olders,
 // regressed} group per admission. Admissions that expect another identity
 // than the one before them (an Expect between the two) start a run of
 // their own, in the same pipeline: one run checks one identity.
-func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release) {
+func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release, errs []error) {
 	pipe := b.client.Pipeline()
 	var relKeys []string
 	var relArgs []any
@@ -474,7 +517,8 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 	_, _ = pipe.Exec(ctx) // each command keeps its own error
 
 	// NOSCRIPT: the script did not run, so running it again with EVAL is
-	// safe, and caches it.
+	// safe, and caches it. A release that so runs after the admissions is
+	// looked for again (recheck).
 	var retry redis.Pipeliner
 	var late map[string]bool
 	if release != nil && isNoScript(release.Err()) {
@@ -497,8 +541,11 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 		_, _ = retry.Exec(ctx)
 	}
 	if release != nil {
+		// One run for them all: they fare alike.
 		if err := release.Err(); err != nil {
-			b.releaseFailed(fmt.Sprintf("%d keys", len(rels)), err)
+			for i := range errs {
+				errs[i] = err
+			}
 		}
 	}
 	for _, r := range runs {

@@ -47,44 +47,82 @@
 // fencestore.ErrUnavailable that says so; nothing is written), without the
 // barrier they are as before; on a single server (plain, Sentinel) the
 // second form is used anyway. The in-flight key is a sorted set, every
-// score 0, so that members sort by their bytes: the order (the token in 20
-// digits, ':', the sequence in 20 digits or 20 '-' for none), ':', the
-// deadline (the server's TIME in milliseconds plus the flight, 15 digits),
-// ':', an id (a random prefix per Store, and a count). ZRANGEBYLEX below a
-// request's order lists the requests ordered before it; an entry past its
-// deadline is removed when found, so a dead or frozen replica holds the
-// others back until the deadlines of its requests, timed by Redis's clock.
-// The key's TTL is kept at least the longest flight entered in it, plus a
-// second, so an abandoned key goes away by itself. The in-flight names are
-// taken: a resource whose mark key is another's in-flight key (a resource
-// named "orders/{42}:inflight") fails closed (WRONGTYPE) on one of the two;
-// and with a KeyPrefix that is empty or begins with '{', a resource named
-// "{x}" shares resource "x"'s in-flight key, so each may wait for the other
-// (never less than it should).
+// score 0, so that members sort by their bytes (Redis compares them with
+// memcmp, whatever the server's locale): the order (the token in 20 digits,
+// ':', the sequence in 20 digits or 20 '-' for none), ':', the request's
+// flight bound (Admission.Flight in milliseconds, rounded up, 12 digits: a
+// duration, never a deadline), ':', an id (a random prefix per Store, and a
+// count). ZRANGEBYLEX below a request's order lists the requests ordered
+// before it; admit.lua answers them with the admission (the request's
+// snapshot), and the Drain waits for those and for nothing admitted after
+// it, so a stream of later requests ordered before it cannot starve it.
+// The in-flight names are taken: a resource whose mark key is another's
+// in-flight key (a resource named "orders/{42}:inflight") fails closed
+// (WRONGTYPE) on one of the two; and with a KeyPrefix that is empty or
+// begins with '{', a resource named "{x}" shares resource "x"'s in-flight
+// key, so each may wait for the other (never less than it should).
+//
+// No clock of Redis's decides the barrier (drain.go). A waiter gives up an
+// older request of its snapshot only when its release is announced, when a
+// look finds it gone, or when the waiter has watched it, on its own
+// monotonic clock (Go's time.Since) since its own admission's reply, for
+// the older request's bound plus fencestore.AbandonMargin (a second): it
+// then removes the entry (announcing it) and Drain reports expired. So a
+// step of the server's wall clock, forward or back (NTP, a failover to a
+// host whose clock differs), neither lets a newer request start early nor
+// holds it longer; the assumption left is that the replicas' clocks run at
+// the same rate, within what the margin covers. Nothing can end a flight in
+// Redis before the replica's own deadline: the bound is rounded up to the
+// millisecond, the waiter's watch starts after the older request's
+// admission, and the margin covers the owner's round trip. A request whose
+// replica died holds the later ones back for its bound and the margin after
+// each waiter's admission, no longer; a key nobody waits on keeps such
+// entries until a later request watches them out.
 //
 // Release removes the entry (release.lua), riding the next group-commit
 // pipeline, or on a goroutine of its own without batching; nobody waits for
-// it, and a release that fails leaves its entry until its deadline. A
-// release made before an admission is queued runs before that admission is
-// decided: until it is known to have run, an admission that enters its key
-// carries it again, ahead of itself. When the removed entry was ordered
-// before another still in the key, the release publishes the key's name on
-// the channel KeyPrefix+"inflight" (`fence:inflight`). Drain runs check.lua
-// until nothing older is in flight, and waits in between for a message
-// naming its key (one subscription per Store, made on its first Drain) or,
-// at the latest, the earlier of Options.DrainPoll (DefaultDrainPoll, 250ms)
-// and the earliest older deadline. A message lost (a reconnect, which also
-// wakes every Drain to look again) costs at most that wait. On a Cluster,
-// PUBLISH reaches every node, so one subscription hears all releases. On a
-// Ring, a release is published on its key's shard, and the store subscribes
-// on the one shard that its channel's name maps to: a Drain for a key on
-// another shard wakes by its timer, DrainPoll at the latest.
+// it. A release the store does not acknowledge (a timeout, a lost
+// connection, a failover, READONLY) is sent again, backing off from 20ms to
+// 1s, until it is acknowledged or moot (its bound and AbandonMargin after
+// its admission began, on this process's monotonic clock: every waiter has
+// given it up by then); the releases acknowledged in the last five seconds
+// are sent again when the subscription comes back after a break (a
+// promoted replica may lack them). A release made before an admission is
+// queued runs before that admission is decided: until it is acknowledged,
+// an admission that enters its key carries it again, ahead of itself.
 //
-// In-flight keys carry a TTL, so a volatile-* maxmemory-policy may evict
-// them under memory pressure: that forgets requests in flight (later ones
-// go on without waiting for them), which weakens the barrier but never the
-// mark, which has no TTL. noeviction instead refuses the entries' writes,
-// and those admissions fail, closed.
+// Wake-ups are targeted. When the removed entry was ordered before another
+// still in the key, release.lua publishes the removed member on the channel
+// KeyPrefix+"inflight" (`fence:inflight`); the store's one subscription
+// (made on its first admission with a barrier) hands it to the Drains whose
+// snapshot holds it, and to no other: no Drain runs a command per release.
+// A Drain looks at the store (one ZMSCORE of its snapshot's remaining
+// members, nothing else) only every Options.DrainPoll (DefaultDrainPoll,
+// 250ms), and when the subscription came back after a break or was not up
+// when its admission was sent, for announcements it may have missed. On a
+// Cluster, PUBLISH reaches every node, so one subscription hears all
+// releases. On a Ring, a release is published on its key's shard, and the
+// store subscribes on the one shard its channel's name maps to: a Drain for
+// a key on another shard learns by its looks, DrainPoll at the latest.
+//
+// In-flight keys carry a TTL only to collect a key nobody enters any more:
+// the longest flight entered in it plus two days, renewed about once a day,
+// so no entry anybody may still wait for expires, even with the server's
+// clock a day ahead. A volatile-* maxmemory-policy could still evict them
+// under memory pressure: that forgets requests in flight (later ones go on
+// without waiting for them), which weakens the barrier but never the mark,
+// which has no TTL. noeviction instead refuses the entries' writes, and
+// those admissions fail, closed.
+//
+// Admissions only on a master. Every script begins with a Redis 7 shebang
+// whose flags leave out no-writes (scripts.go): Redis then counts it as a
+// write and refuses it on a replica (READONLY) before it runs, so a URL
+// that reaches a replica, or a master demoted by a failover fenceproxy does
+// not follow, decides nothing on a copy of the marks that may be behind:
+// Admit returns a *RoleError (an UnsafeError naming the role, wrapping
+// fencestore.ErrUnavailable). The admission script is also refused while
+// Redis is over maxmemory (closed); a release, which frees memory, is
+// flagged allow-oom. Redis 7.0 or later is required.
 //
 // The floor (fencestore.Admission.Floor, a mark the replica saw before).
 // admit.lua takes it as a fifth argument per admission ("" for none, else

@@ -47,8 +47,8 @@ type Options struct {
 	// Pipelines is how many batches may be in flight at once. Zero means
 	// DefaultPipelines.
 	Pipelines int
-	// DrainPoll is how often a Drain that nothing woke looks again (see
-	// flight.go). Zero means DefaultDrainPoll.
+	// DrainPoll is how often a Drain that no announcement woke looks at
+	// the entries it waits for (drain.go). Zero means DefaultDrainPoll.
 	DrainPoll time.Duration
 	// OnRoundTrip, if set, learns of every round trip that carries
 	// admissions or releases (for metrics); it must not block.
@@ -75,19 +75,29 @@ type Store struct {
 	recordsErr error
 	spellable  bool
 
-	// The drain barrier (flight.go). channel carries the releases Drains
-	// wait for; entry ids are idPrefix and a count.
+	// The drain barrier (flight.go, drain.go, release.go). channel carries
+	// the releases Drains wait for; entry ids are idPrefix and a count;
+	// flights are this store's registrations until their Release.
 	channel   string
 	pend      *pendingReleases
 	idPrefix  string
 	ids       atomic.Uint64
 	drainPoll time.Duration
-	// wmu guards waiters: the wakeup of each in-flight key some Drain
-	// watches.
-	wmu     sync.Mutex
-	waiters map[string]*wakeup
-	// The subscription to channel, made on the first Drain; listening is
-	// closed once it holds (or once listen stopped waiting for it).
+	flights   flights
+	// wmu guards the subscriber's side: watchers (the Drains waiting for
+	// each member), the members announced lately (announced, in
+	// announceLog's order), and the subscription's epoch (0 before it
+	// holds, one more each time it holds again) with epochCh, closed and
+	// replaced at each new epoch.
+	wmu         sync.Mutex
+	watchers    map[string][]*waiter
+	announced   map[string]bool
+	announceLog []string
+	epoch       uint64
+	epochCh     chan struct{}
+	// The subscription to channel, made on the first admission with a
+	// barrier; listening is closed once it holds (or once listen stopped
+	// waiting for it).
 	listenOnce    sync.Once
 	listeningOnce sync.Once
 	listening     chan struct{}
@@ -135,6 +145,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		idPrefix:    newFlightIDs(),
 		drainPoll:   poll,
 		listening:   make(chan struct{}),
+		epochCh:     make(chan struct{}),
 		done:        make(chan struct{}),
 	}
 	if _, cluster := client.(*redis.ClusterClient); cluster && !hasHashTag(s.prefix) {
@@ -153,6 +164,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		s.pend.max = max(maxPendingReleases, 4*maxBatch*pipelines)
 		s.batch = newBatcher(client, maxBatch, pipelines, s.pend, s.channel, s.log)
 		s.batch.observe = opts.OnRoundTrip
+		s.pend.retry = s.batch.released
 	}
 	s.onRoundTrip = opts.OnRoundTrip
 	return s
@@ -205,6 +217,9 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	if err := ctx.Err(); err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
+	// A release of this admission's entry is moot once its bound and the
+	// margin have passed since now (release.go).
+	start := time.Now()
 	key, err := s.markKey("admit", a.Resource)
 	if err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
@@ -221,7 +236,13 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		// The script would touch keys of two slots: Cluster refuses it,
 		// and a Ring may send it where one of them is not.
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, errNoFlightSlot))
+	default:
+		// Announcements reach a waiter from the subscription that was up
+		// when its admission was sent (drain.go).
+		s.startListening()
 	}
+	moot := start.Add(time.Duration(flightMillis(a))*time.Millisecond + fencestore.AbandonMargin)
+	epoch, _ := s.epochNow()
 	c := call{keys: [2]string{key, fkey}, tok: strconv.FormatUint(a.Token, 10), mode: "ge", fl: fl}
 	if a.Compare == fencestore.Greater {
 		c.mode = "gt"
@@ -247,7 +268,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	case s.batch != nil && s.minReplicas <= 0:
 		reply, err = s.batch.admit(ctx, c) // the batch reports its round trip
 	default:
-		start := time.Now()
+		start := time.Now() // of the round trip
 		if s.minReplicas > 0 {
 			reply, wait, err = s.admitAndWait(ctx, c)
 		} else {
@@ -259,19 +280,26 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	}
 	if err != nil {
 		s.refreshSlots()
+		if role := roleError(err); role != nil {
+			// Redis refused the script before it ran: nothing to abandon.
+			return fencestore.Decision{}, role
+		}
 		if ctx.Err() != nil || isTimeout(err) {
-			s.abandon(a, fkey, fl)
+			s.abandon(a, fkey, fl, moot)
 		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
-	d, err := parseReply(reply, a, fkey, c.id[1])
+	d, olders, err := parseReply(reply, a, fkey, c.id[1])
 	if lost, ok := err.(*fencestore.LostError); ok {
 		// The script wrote nothing, and entered nothing in flight.
 		return fencestore.Decision{}, lost
 	}
 	if err != nil {
-		s.abandon(a, fkey, fl)
+		s.abandon(a, fkey, fl, moot)
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+	}
+	if d.Flight.Registered() {
+		s.flights.put(d.Flight.Ref, &flight{key: fkey, moot: moot, olders: olders, admitted: time.Now(), epoch: epoch})
 	}
 	if wait == nil {
 		return d, nil
@@ -349,14 +377,11 @@ func (s *Store) run(ctx context.Context, c call) (any, error) {
 		keys, args := script([]*call{&c}, false)
 		return admitScript.Run(ctx, p, keys, args...).Result()
 	}
+	// Their senders own them and send them again if these fail: the
+	// errors are theirs to see.
 	a := &admission{call: c}
-	pipelineScripts(ctx, p, s.channel, []*admission{a}, rels, nil, s.releaseFailed)
+	pipelineScripts(ctx, p, s.channel, []*admission{a}, rels, nil, make([]error, len(rels)))
 	return a.reply, a.err
-}
-
-// releaseFailed logs a release that did not run (batcher.releaseFailed).
-func (s *Store) releaseFailed(key string, err error) {
-	s.log.Debug("drain release failed; its entry stays until its deadline", zap.String("key", key), zap.Error(err))
 }
 
 // refreshSlots asks a cluster client for a fresh slot map after an admission
@@ -418,19 +443,17 @@ func (s *Store) admitAndWait(ctx context.Context, c call) (any, *redis.IntCmd, e
 	}
 	reply, err := cmd.Result()
 	// A release that met NOSCRIPT did not run ahead of the admission: it
-	// runs now, and the admission looks again (recheck).
+	// runs now, and the admission looks again (recheck). Its sender owns it
+	// and sends it again if this fails.
 	var late map[string]bool
 	for i, rc := range relCmds {
 		if isNoScript(rc.Err()) {
-			if err := releaseScript.Run(ctx, node, []string{rels[i].key}, rels[i].member, s.channel).Err(); err != nil {
-				s.releaseFailed(rels[i].key, err)
-			}
+			_ = releaseScript.Run(ctx, node, []string{rels[i].key}, rels[i].member, s.channel).Err()
 			late = map[string]bool{fkey: true}
 		}
 	}
 	if err == nil && late != nil {
-		a := &admission{call: c, reply: reply}
-		recheck(ctx, node, []*admission{a}, late)
+		recheck(ctx, node, []*admission{{call: c, reply: reply}}, late)
 	}
 	return reply, wait, err
 }
@@ -471,7 +494,7 @@ var (
 	_ pipeliner      = (*redis.Client)(nil)
 )
 
-// parseReply reads the script's {flag, mark, member, older, expired,
+// parseReply reads the script's {flag, mark, member, older, olders,
 // regressed} reply for a, whose in-flight key is fkey and whose run checked
 // the identity want ("" for none), and rejects one that the script cannot
 // have produced for it: a stale mark reported for an admission, say, would
@@ -480,39 +503,41 @@ var (
 // report a's own pair as the mark, or, for an equal token without a sequence
 // under >=, that token's unchanged mark; a refusal must report a mark that
 // a.Decide refuses; and with a floor no mark below it. An admission with a
-// barrier must report an entry of its own order, and anything else none.
+// barrier must report an entry of its own order and bound, and entries of
+// earlier orders as its snapshot (returned beside the decision), and
+// anything else none.
 // A run that found another identity than want gives a *fencestore.LostError.
-func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestore.Decision, error) {
+func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestore.Decision, []older, error) {
 	r, ok := reply.([]any)
 	if !ok || len(r) != 6 {
-		return fencestore.Decision{}, fmt.Errorf("unexpected reply %#v", reply)
+		return fencestore.Decision{}, nil, fmt.Errorf("unexpected reply %#v", reply)
 	}
 	flag, ok := r[0].(int64)
 	if ok && flag == -1 {
 		msg, _ := r[1].(string)
-		return fencestore.Decision{}, errors.New(msg)
+		return fencestore.Decision{}, nil, errors.New(msg)
 	}
 	if ok && flag == -2 {
 		found, ok := r[1].(string)
 		if !ok || want == "" || found == want {
-			return fencestore.Decision{}, fmt.Errorf("unexpected identity reply %#v (expecting %q)", r[1], want)
+			return fencestore.Decision{}, nil, fmt.Errorf("unexpected identity reply %#v (expecting %q)", r[1], want)
 		}
-		return fencestore.Decision{}, &fencestore.LostError{Want: want, Found: found}
+		return fencestore.Decision{}, nil, &fencestore.LostError{Want: want, Found: found}
 	}
 	if !ok || (flag != 0 && flag != 1) {
-		return fencestore.Decision{}, fmt.Errorf("unexpected admitted flag %#v", r[0])
+		return fencestore.Decision{}, nil, fmt.Errorf("unexpected admitted flag %#v", r[0])
 	}
 	text, ok := r[1].(string)
 	if !ok {
-		return fencestore.Decision{}, fmt.Errorf("unexpected mark %#v", r[1])
+		return fencestore.Decision{}, nil, fmt.Errorf("unexpected mark %#v", r[1])
 	}
 	m, ok := fencestore.ParseMarkValue(text)
 	if !ok {
-		return fencestore.Decision{}, fmt.Errorf("mark %q is not a canonical token[:sequence]", text)
+		return fencestore.Decision{}, nil, fmt.Errorf("mark %q is not a canonical token[:sequence]", text)
 	}
 	regressed, ok := r[5].(int64)
 	if !ok || (regressed != 0 && regressed != 1) || (regressed == 1 && !a.HasFloor) {
-		return fencestore.Decision{}, fmt.Errorf("unexpected regressed flag %#v", r[5])
+		return fencestore.Decision{}, nil, fmt.Errorf("unexpected regressed flag %#v", r[5])
 	}
 	d := fencestore.Decision{Admitted: flag == 1, Mark: m.Token, Sequence: m.Sequence, HasSequence: m.HasSequence, Regressed: regressed == 1}
 	switch {
@@ -520,41 +545,46 @@ func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestor
 		// Decided against the floor: Decide without a mark says how.
 		want, next, _ := a.Decide(fencestore.Mark{}, false)
 		if d.Admitted != want.Admitted || m != next {
-			return fencestore.Decision{}, fmt.Errorf("%s over a regressed mark (floor %s) decided %v with mark %q",
+			return fencestore.Decision{}, nil, fmt.Errorf("%s over a regressed mark (floor %s) decided %v with mark %q",
 				admissionText(a), markText(a.Floor), d.Admitted, text)
 		}
 	case a.HasFloor && m.Before(a.Floor):
-		return fencestore.Decision{}, fmt.Errorf("%s reported mark %q below its floor %s, not as regressed",
+		return fencestore.Decision{}, nil, fmt.Errorf("%s reported mark %q below its floor %s, not as regressed",
 			admissionText(a), text, markText(a.Floor))
 	case d.Admitted:
 		own := m == fencestore.Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
 		unchanged := !a.HasSequence && a.Compare == fencestore.AtLeast && m.Token == a.Token
 		if !own && !unchanged {
-			return fencestore.Decision{}, fmt.Errorf("%s admitted with mark %q", admissionText(a), text)
+			return fencestore.Decision{}, nil, fmt.Errorf("%s admitted with mark %q", admissionText(a), text)
 		}
 	default:
 		if refused, _, _ := a.Decide(m, true); refused.Admitted {
-			return fencestore.Decision{}, fmt.Errorf("%s refused by mark %q, which admits it", admissionText(a), text)
+			return fencestore.Decision{}, nil, fmt.Errorf("%s refused by mark %q, which admits it", admissionText(a), text)
 		}
 	}
 	member, ok1 := r[2].(string)
 	older, ok2 := r[3].(int64)
-	expired, ok3 := r[4].(int64)
-	if !ok1 || !ok2 || !ok3 || (older != 0 && older != 1) || expired < 0 {
-		return fencestore.Decision{}, fmt.Errorf("unexpected in-flight reply %#v", r[2:5])
+	list, ok3 := r[4].(string)
+	if !ok1 || !ok2 || !ok3 || (older != 0 && older != 1) || (older == 1) != (list != "") {
+		return fencestore.Decision{}, nil, fmt.Errorf("unexpected in-flight reply %#v", r[2:5])
 	}
 	if !d.Admitted || a.Flight <= 0 {
-		if member != "" || older != 0 || expired != 0 {
-			return fencestore.Decision{}, fmt.Errorf("%s without a barrier entered in flight as %q", admissionText(a), member)
+		if member != "" || older != 0 {
+			return fencestore.Decision{}, nil, fmt.Errorf("%s without a barrier entered in flight as %q", admissionText(a), member)
 		}
-		return d, nil
+		return d, nil, nil
 	}
-	// order:deadline:id, the deadline in 15 digits.
-	if len(member) < 59 || !strings.HasPrefix(member, order41(a.Order())+":") || member[57] != ':' {
-		return fencestore.Decision{}, fmt.Errorf("%s entered in flight as %q", admissionText(a), member)
+	own := order41(a.Order())
+	if bound, ok := memberBound(member); !ok || !strings.HasPrefix(member, own+":") ||
+		bound != time.Duration(flightMillis(a))*time.Millisecond {
+		return fencestore.Decision{}, nil, fmt.Errorf("%s entered in flight as %q", admissionText(a), member)
 	}
-	d.Flight = fencestore.Flight{Older: older == 1, Expired: int(expired), Key: fkey, Ref: member, Order: a.Order()}
-	return d, nil
+	olders, err := parseOlders(r[4], own)
+	if err != nil {
+		return fencestore.Decision{}, nil, err
+	}
+	d.Flight = fencestore.Flight{Older: older == 1, Key: fkey, Ref: member, Order: a.Order()}
+	return d, olders, nil
 }
 
 // admissionText spells a's token and sequence as the script's mark would.
@@ -588,6 +618,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // queued are sent first; Drains waiting stop with an error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.pend.stop()
 		if s.batch != nil {
 			s.batch.close()
 		}

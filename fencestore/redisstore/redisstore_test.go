@@ -545,7 +545,7 @@ func evalMarks(t *testing.T, c *redis.Client, src string, marks []string, args .
 	}
 	var out []any
 	for i := range marks {
-		if fl := fmt.Sprint(r[6*i+2 : 6*i+6]); fl != "[ 0 0 0]" {
+		if fl := fmt.Sprint(r[6*i+2 : 6*i+6]); fl != "[ 0  0]" {
 			t.Errorf("admit.lua entered %s in flight, or regressed it, without a barrier or a floor: %s", marks[i], fl)
 		}
 		out = append(out, r[6*i], r[6*i+1])

@@ -1,15 +1,19 @@
 -- KEYS[1..N] in-flight keys; ARGV[1..N] the member to remove from each, then ARGV[N+1] the channel to announce on; returns the number of members removed
 --
 -- One call ends one request's flight or a batch of them (the releases of a
--- group commit). A key whose member was there, and that still holds an
--- entry ordered after it, is published on the channel (the key's name as
--- the payload): only such an entry's request can have been waiting for
--- this one (equal orders never wait), and Drain wakes on it to look again.
--- A member already gone (released, or removed past its deadline) publishes
--- nothing. A member given as "order:*:id" (the order's 41 bytes, then
--- ":*:" and the id) is the entry of that order and id whatever its
--- deadline: the release of an admission whose reply was lost. A key of another type fails its own release only: every command
--- goes through call.
+-- group commit), or removes an entry a waiter has watched past its bound
+-- (abandoned: flight.go). A member that was there, when its key still holds
+-- an entry ordered after it, is published on the channel (the member as the
+-- payload): only such an entry's request can have been waiting for this one
+-- (equal orders never wait), and each waiter that holds the member in its
+-- snapshot counts it as gone, with no look of its own at the store. A
+-- member already gone (released, or removed as abandoned) publishes nothing.
+-- A member given as "order:*:id" (the order's 41 bytes, then ":*:" and the
+-- id) is the entry of that order and id whatever its bound: the release of
+-- an admission whose reply was lost. Every comparison is of bytes (Redis's
+-- ZRANGEBYLEX, string equality), never Lua's '<' on strings, which follows
+-- the server's locale. A key of another type fails its own release only:
+-- every command goes through call.
 
 local n = #KEYS
 if #ARGV ~= n + 1 then
@@ -38,7 +42,7 @@ for i = 1, n do
     -- sorts below "order;", every member of a later order above it.
     local after = call('ZRANGEBYLEX', key, '[' .. string.sub(member, 1, 41) .. ';', '+', 'LIMIT', 0, 1)
     if after and #after > 0 then
-      call('PUBLISH', channel, key)
+      call('PUBLISH', channel, member)
     end
   end
 end

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -75,9 +76,9 @@ func TestParseReply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The marks' part of the reply; no barrier: no entry.
 			if r, ok := tc.reply.([]any); ok && len(r) == 2 {
-				tc.reply = append(r, "", int64(0), int64(0), int64(0))
+				tc.reply = append(r, "", int64(0), "", int64(0))
 			}
-			d, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
+			d, _, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
 			if (err == nil) != tc.ok || d != tc.want {
 				t.Errorf("parseReply(%#v, %+v) = %+v, %v; want %+v, ok=%t", tc.reply, tc.a, d, err, tc.want, tc.ok)
 			}
@@ -89,41 +90,58 @@ func TestParseReplyBarrier(t *testing.T) {
 	const fkey = "{r}:inflight"
 	flying := fencestore.Admission{Resource: "r", Token: 42, Compare: fencestore.AtLeast, Flight: time.Second}
 	flyingSeq := fencestore.Admission{Resource: "r", Token: 42, Sequence: 7, HasSequence: true, Flight: time.Second}
+	odd := fencestore.Admission{Resource: "r", Token: 42, Compare: fencestore.AtLeast, Flight: time.Second + time.Microsecond}
 	grounded := fencestore.Admission{Resource: "r", Token: 42, Compare: fencestore.AtLeast}
 	const (
 		order    = "00000000000000000042:--------------------"
 		orderSeq = "00000000000000000042:00000000000000000007"
-		deadline = ":001700000000000:"
+		order41  = "00000000000000000041:--------------------"
+		second   = ":000000001000:"
 	)
-	member := order + deadline + "ab12"
+	member := order + second + "ab12"
+	olderMember := order41 + ":000000030000:cd34"
+	none := ""
 	for _, tc := range []struct {
-		name  string
-		reply []any
-		a     fencestore.Admission
-		want  fencestore.Flight
-		ok    bool
+		name   string
+		reply  []any
+		a      fencestore.Admission
+		want   fencestore.Flight
+		olders []older
+		ok     bool
 	}{
-		{"entered", []any{int64(1), "42", member, int64(0), int64(0)}, flying,
-			fencestore.Flight{Key: fkey, Ref: member, Order: flying.Order()}, true},
-		{"older and expired", []any{int64(1), "42", member, int64(1), int64(3)}, flying,
-			fencestore.Flight{Older: true, Expired: 3, Key: fkey, Ref: member, Order: flying.Order()}, true},
-		{"with a sequence", []any{int64(1), "42:7", orderSeq + deadline + "x", int64(1), int64(0)}, flyingSeq,
-			fencestore.Flight{Older: true, Key: fkey, Ref: orderSeq + deadline + "x", Order: flyingSeq.Order()}, true},
-		{"no entry for a barrier", []any{int64(1), "42", "", int64(0), int64(0)}, flying, fencestore.Flight{}, false},
-		{"another order", []any{int64(1), "42", orderSeq + deadline + "x", int64(0), int64(0)}, flying, fencestore.Flight{}, false},
-		{"short member", []any{int64(1), "42", order + ":1:x", int64(0), int64(0)}, flying, fencestore.Flight{}, false},
-		{"older 2", []any{int64(1), "42", member, int64(2), int64(0)}, flying, fencestore.Flight{}, false},
-		{"expired negative", []any{int64(1), "42", member, int64(0), int64(-1)}, flying, fencestore.Flight{}, false},
-		{"older a string", []any{int64(1), "42", member, "0", int64(0)}, flying, fencestore.Flight{}, false},
-		{"entry without a barrier", []any{int64(1), "42", member, int64(0), int64(0)}, grounded, fencestore.Flight{}, false},
-		{"older without a barrier", []any{int64(1), "42", "", int64(1), int64(0)}, grounded, fencestore.Flight{}, false},
-		{"entry for a refusal", []any{int64(0), "43", member, int64(0), int64(0)}, flying, fencestore.Flight{}, false},
-		{"refused, no entry", []any{int64(0), "43", "", int64(0), int64(0)}, flying, fencestore.Flight{}, true},
+		{"entered", []any{int64(1), "42", member, int64(0), none}, flying,
+			fencestore.Flight{Key: fkey, Ref: member, Order: flying.Order()}, nil, true},
+		{"older", []any{int64(1), "42", member, int64(1), olderMember}, flying,
+			fencestore.Flight{Older: true, Key: fkey, Ref: member, Order: flying.Order()},
+			[]older{{member: olderMember, bound: 30 * time.Second}}, true},
+		{"with a sequence, after none", []any{int64(1), "42:7", orderSeq + second + "x", int64(1), member}, flyingSeq,
+			fencestore.Flight{Older: true, Key: fkey, Ref: orderSeq + second + "x", Order: flyingSeq.Order()},
+			[]older{{member: member, bound: time.Second}}, true},
+		// The bound is rounded up to whole milliseconds, never down.
+		{"bound rounded up", []any{int64(1), "42", order + ":000000001001:x", int64(0), none}, odd,
+			fencestore.Flight{Key: fkey, Ref: order + ":000000001001:x", Order: odd.Order()}, nil, true},
+		{"bound cut", []any{int64(1), "42", order + second + "x", int64(0), none}, odd, fencestore.Flight{}, nil, false},
+		{"another bound", []any{int64(1), "42", order + ":000000002000:x", int64(0), none}, flying, fencestore.Flight{}, nil, false},
+		{"no entry for a barrier", []any{int64(1), "42", "", int64(0), none}, flying, fencestore.Flight{}, nil, false},
+		{"another order", []any{int64(1), "42", orderSeq + second + "x", int64(0), none}, flying, fencestore.Flight{}, nil, false},
+		{"short member", []any{int64(1), "42", order + ":1:x", int64(0), none}, flying, fencestore.Flight{}, nil, false},
+		{"older 2", []any{int64(1), "42", member, int64(2), olderMember}, flying, fencestore.Flight{}, nil, false},
+		{"older without a snapshot", []any{int64(1), "42", member, int64(1), none}, flying, fencestore.Flight{}, nil, false},
+		{"a snapshot, not older", []any{int64(1), "42", member, int64(0), olderMember}, flying, fencestore.Flight{}, nil, false},
+		{"a snapshot of a later order", []any{int64(1), "42:7", orderSeq + second + "x", int64(1), orderSeq + second + "y"}, flyingSeq,
+			fencestore.Flight{}, nil, false},
+		{"a snapshot entry misshapen", []any{int64(1), "42", member, int64(1), order41 + ":1:x"}, flying, fencestore.Flight{}, nil, false},
+		{"a snapshot not a string", []any{int64(1), "42", member, int64(0), []any{}}, flying, fencestore.Flight{}, nil, false},
+		{"older a string", []any{int64(1), "42", member, "0", none}, flying, fencestore.Flight{}, nil, false},
+		{"entry without a barrier", []any{int64(1), "42", member, int64(0), none}, grounded, fencestore.Flight{}, nil, false},
+		{"older without a barrier", []any{int64(1), "42", "", int64(1), olderMember}, grounded, fencestore.Flight{}, nil, false},
+		{"entry for a refusal", []any{int64(0), "43", member, int64(0), none}, flying, fencestore.Flight{}, nil, false},
+		{"refused, no entry", []any{int64(0), "43", "", int64(0), none}, flying, fencestore.Flight{}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := parseReply(append(tc.reply, int64(0)), tc.a, fkey, "")
-			if (err == nil) != tc.ok || d.Flight != tc.want {
-				t.Errorf("parseReply(%#v) = %+v, %v; want flight %+v, ok=%t", tc.reply, d.Flight, err, tc.want, tc.ok)
+			d, olders, err := parseReply(append(tc.reply, int64(0)), tc.a, fkey, "")
+			if (err == nil) != tc.ok || d.Flight != tc.want || fmt.Sprint(olders) != fmt.Sprint(tc.olders) {
+				t.Errorf("parseReply(%#v) = %+v %v, %v; want flight %+v %v, ok=%t", tc.reply, d.Flight, olders, err, tc.want, tc.olders, tc.ok)
 			}
 		})
 	}
@@ -153,7 +171,7 @@ func TestParseReplyFloor(t *testing.T) {
 		return fencestore.Admission{Resource: "r", Token: token, Sequence: seq, HasSequence: true}
 	}
 	reply := func(flag int64, mark string, regressed int64) []any {
-		return []any{flag, mark, "", int64(0), int64(0), regressed}
+		return []any{flag, mark, "", int64(0), "", regressed}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -177,11 +195,11 @@ func TestParseReplyFloor(t *testing.T) {
 		{"refused below the floor", reply(0, "6", 0), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 		{"admitted below the floor", reply(1, "5", 0), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 		{"regressed 2", reply(0, "10", 2), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
-		{"regressed a string", []any{int64(0), "10", "", int64(0), int64(0), "1"}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
-		{"five values", []any{int64(0), "10", "", int64(0), int64(0)}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"regressed a string", []any{int64(0), "10", "", int64(0), "", "1"}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"five values", []any{int64(0), "10", "", int64(0), ""}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
+			d, _, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
 			if (err == nil) != tc.ok || d != tc.want {
 				t.Errorf("parseReply(%#v, %+v) = %+v, %v; want %+v, ok=%t", tc.reply, tc.a, d, err, tc.want, tc.ok)
 			}
@@ -191,7 +209,7 @@ func TestParseReplyFloor(t *testing.T) {
 
 func TestParseReplyLost(t *testing.T) {
 	a := fencestore.Admission{Resource: "r", Token: 5}
-	lost := func(found any) []any { return []any{int64(-2), found, "", int64(0), int64(0), int64(0)} }
+	lost := func(found any) []any { return []any{int64(-2), found, "", int64(0), "", int64(0)} }
 	for _, tc := range []struct {
 		name  string
 		reply []any
@@ -206,7 +224,7 @@ func TestParseReplyLost(t *testing.T) {
 		{"not a string", lost(int64(1)), "id1", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseReply(tc.reply, a, "{r}:inflight", tc.want)
+			_, _, err := parseReply(tc.reply, a, "{r}:inflight", tc.want)
 			var le *fencestore.LostError
 			if got := errors.As(err, &le); got != tc.ok {
 				t.Fatalf("parseReply(%#v) = %v; want a *LostError: %t", tc.reply, err, tc.ok)

@@ -11,6 +11,19 @@ import (
 // marks run behind marks.lua, the helpers they share (canonical decimals,
 // their comparison, the stored mark's form, pcall that returns the error):
 // Redis runs a script as one chunk and has no import.
+//
+// Each begins with a Redis 7 shebang whose flags omit no-writes: Redis then
+// treats the script as a write and refuses it on a replica (READONLY) before
+// it runs, so no admission is ever decided on a replica's copy of the marks,
+// whether the script would have written or not. Without allow-oom Redis also
+// refuses admissions while it is above maxmemory (closed); a release, which
+// only frees memory, is allowed then. Redis before 7.0 cannot parse a
+// shebang: fenceproxy needs 7.0 or later (docs/compatibility.md).
+const (
+	writeShebang   = "#!lua\n"
+	releaseShebang = "#!lua flags=allow-oom\n"
+)
+
 var (
 	//go:embed marks.lua
 	marksLib string
@@ -22,15 +35,12 @@ var (
 	resetFile string
 	//go:embed release.lua
 	releaseFile string
-	//go:embed check.lua
-	checkSource string
 
-	admitSource   = marksLib + admitFile
-	releaseSource = marksLib + releaseFile
+	admitSource   = writeShebang + marksLib + admitFile
+	releaseSource = releaseShebang + marksLib + releaseFile
 
 	admitScript   = redis.NewScript(admitSource)
-	raiseScript   = redis.NewScript(marksLib + raiseFile)
-	resetScript   = redis.NewScript(marksLib + resetFile)
+	raiseScript   = redis.NewScript(writeShebang + marksLib + raiseFile)
+	resetScript   = redis.NewScript(writeShebang + marksLib + resetFile)
 	releaseScript = redis.NewScript(releaseSource)
-	checkScript   = redis.NewScript(checkSource)
 )

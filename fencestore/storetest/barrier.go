@@ -143,29 +143,68 @@ func testBarrier(t *testing.T, s fencestore.Store) {
 		s.Release(s8)
 	})
 
-	t.Run("DeadlineEndsTheHold", func(t *testing.T) {
-		// The older request is never released (its replica died): it holds
-		// the newer one back until its own deadline, no longer.
-		const short = 400 * time.Millisecond
+	t.Run("AbandonedAfterItsBoundAndTheMargin", func(t *testing.T) {
+		// The older request is never released (its replica died): the
+		// waiter gives it up once it has watched it, on its own clock, for
+		// the older request's bound (not its own) and AbandonMargin; no
+		// sooner, and not much later. It then removes the older entry: a
+		// later request finds nothing of it.
+		const short = 300 * time.Millisecond
 		fly(t, s, fencestore.Admission{Resource: "b/5", Token: 10, Compare: ge, Flight: short})
 		start := time.Now()
 		newer := fly(t, s, fencestore.Admission{Resource: "b/5", Token: 11, Compare: ge})
-		if !newer.Older && newer.Expired == 0 {
-			t.Fatal("11 admitted while 10 is in flight: neither Older nor Expired")
+		if !newer.Older {
+			t.Fatal("11 admitted while 10 is in flight: Older not set (no store decides by its own clock that 10 is over)")
 		}
-		if newer.Older {
-			d := released(t, drainAsync(s, ctxT(t), newer), "11 after 10's deadline", true)
-			if waited := d.at.Sub(start); waited > short+opTimeout/2 {
-				t.Fatalf("11 waited %v for a request whose deadline was %v", waited, short)
-			}
+		d := released(t, drainAsync(s, ctxT(t), newer), "11 after watching 10 past its bound", true)
+		waited := d.at.Sub(start)
+		t.Logf("11 gave 10 up %v after its admission began (bound %v, margin %v)", waited, short, fencestore.AbandonMargin)
+		if waited < short+fencestore.AbandonMargin {
+			t.Fatalf("11 gave 10 up after %v, before 10's bound and the margin (%v)", waited, short+fencestore.AbandonMargin)
 		}
-		// A later request finds nothing older in flight but 11.
+		s.Release(newer)
 		later := fly(t, s, fencestore.Admission{Resource: "b/5", Token: 12, Compare: ge})
 		defer s.Release(later)
-		s.Release(newer)
 		if later.Older {
-			released(t, drainAsync(s, ctxT(t), later), "12 after 11 released", false)
+			t.Fatal("12 finds an older request in flight: 10's entry was not removed when 11 gave it up, or 11's release not applied")
 		}
+	})
+
+	t.Run("WaitsOnlyForItsSnapshot", func(t *testing.T) {
+		// (42, 1) waits for the unsequenced 42 in flight when it was
+		// admitted, never for one admitted after it, though that one is
+		// ordered before it: a stream of such requests cannot starve it.
+		first := fly(t, s, fencestore.Admission{Resource: "b/8", Token: 42, Compare: ge})
+		s1 := fly(t, s, fencestore.Admission{Resource: "b/8", Token: 42, Sequence: 1, HasSequence: true})
+		if !s1.Older {
+			t.Fatal("(42, 1) admitted while an unsequenced 42 is in flight: Older not set")
+		}
+		ch := drainAsync(s, ctxT(t), s1)
+		stillWaiting(t, ch, "(42, 1) behind the unsequenced 42")
+		second := fly(t, s, fencestore.Admission{Resource: "b/8", Token: 42, Compare: ge})
+		defer s.Release(second)
+		stillWaiting(t, ch, "(42, 1) behind the first unsequenced 42")
+		s.Release(first)
+		released(t, ch, "(42, 1) after the 42 of its snapshot, though another 42 admitted after it is in flight", false)
+		s.Release(s1)
+	})
+
+	t.Run("WaitsForEachOfItsSnapshot", func(t *testing.T) {
+		// 3 waits for 1 and 2, released in the other order; a release of
+		// a request outside its snapshot (an equal 3) changes nothing.
+		f1 := fly(t, s, fencestore.Admission{Resource: "b/9", Token: 1, Compare: ge})
+		f2 := fly(t, s, fencestore.Admission{Resource: "b/9", Token: 2, Compare: ge})
+		f3 := fly(t, s, fencestore.Admission{Resource: "b/9", Token: 3, Compare: ge})
+		other := fly(t, s, fencestore.Admission{Resource: "b/9", Token: 3, Compare: ge})
+		ch := drainAsync(s, ctxT(t), f3)
+		stillWaiting(t, ch, "3 behind 1 and 2")
+		s.Release(other)
+		stillWaiting(t, ch, "3 behind 1 and 2, after an equal 3 left")
+		s.Release(f2)
+		stillWaiting(t, ch, "3 behind 1")
+		s.Release(f1)
+		released(t, ch, "3 after 1 and 2", false)
+		s.Release(f3)
 	})
 
 	t.Run("RefusedAndUnfencedDoNotRegister", func(t *testing.T) {

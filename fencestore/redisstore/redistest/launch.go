@@ -23,6 +23,16 @@ import (
 // when the test ends.
 func launch(t testing.TB, dir string, args func(port int, dir string) []string, ready func(addr string) error) *Server {
 	t.Helper()
+	return launchEnv(t, dir, nil, args, ready)
+}
+
+// launchEnv is launch with env added to the test's environment (nil: the
+// test's own).
+func launchEnv(t testing.TB, dir string, env []string, args func(port int, dir string) []string, ready func(addr string) error) *Server {
+	t.Helper()
+	if env != nil {
+		env = append(os.Environ(), env...)
+	}
 	bin := serverBin(t)
 	if dir == "" {
 		dir = t.TempDir()
@@ -33,7 +43,7 @@ func launch(t testing.TB, dir string, args func(port int, dir string) []string, 
 		if err != nil {
 			t.Fatalf("redistest: free port: %v", err)
 		}
-		s := &Server{port: port, dir: dir, args: args(port, dir), ready: ready}
+		s := &Server{port: port, dir: dir, args: args(port, dir), env: env, ready: ready}
 		if lastErr = s.start(bin); lastErr == nil {
 			t.Cleanup(s.shutdown)
 			return s

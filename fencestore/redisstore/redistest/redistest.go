@@ -30,6 +30,7 @@ type Server struct {
 	port int
 	dir  string
 	args []string // the full command line after the program name
+	env  []string // the process's environment (nil: the test's own)
 	// ready, when set, replaces the plain PING that tells the server is up
 	// (a TLS-only server, say).
 	ready func(addr string) error
@@ -48,6 +49,15 @@ func Start(t testing.TB, args ...string) *Server {
 	}, nil)
 }
 
+// StartEnv is Start with the server's environment: the test's own, then env
+// (NAME=value; a later one wins), such as LD_PRELOAD or LC_ALL.
+func StartEnv(t testing.TB, env []string, args ...string) *Server {
+	t.Helper()
+	return launchEnv(t, "", env, func(port int, dir string) []string {
+		return append(append([]string{"--save", "", "--appendonly", "no"}, args...), FixedArgs(port, dir)...)
+	}, nil)
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,7 +71,7 @@ func freePort() (int, error) {
 // A restart runs the same command line again.
 func (s *Server) start(bin string) error {
 	if s.proc == nil {
-		s.proc = &childproc.Proc{Name: "redis-server", Bin: bin, Args: s.args, Dir: s.dir,
+		s.proc = &childproc.Proc{Name: "redis-server", Bin: bin, Args: s.args, Env: s.env, Dir: s.dir,
 			Log: filepath.Join(s.dir, "redis.log")}
 	}
 	if err := s.proc.Start(); err != nil {

@@ -1,0 +1,40 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+)
+
+// A release sent while Redis is down is sent again until Redis
+// acknowledges it: once Redis is back (its AOF kept the entry), the entry
+// goes without anybody waiting on it, instead of holding the next request
+// of its resource until its waiters give it up.
+func TestReleaseRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+			s, _ := newStore(t, srv, tc.opts)
+			f := flyThrough(t, s, fencestore.Admission{Resource: "r", Token: 41, Flight: time.Minute})
+			srv.Kill()
+			s.Release(f)
+			time.Sleep(3 * time.Second) // longer than one attempt is given: the first attempts fail
+			srv.Restart(t)
+			c := srv.Client(t)
+			redistest.Poll(t, 15*time.Second, "the release applied after Redis came back", func() error {
+				n, err := c.ZCard(t.Context(), f.Key).Result()
+				if err == nil && n != 0 {
+					err = fmt.Errorf("%d entries in %s", n, f.Key)
+				}
+				return err
+			})
+		})
+	}
+}
