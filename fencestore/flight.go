@@ -57,6 +57,12 @@ func (a Admission) Order() Mark {
 	return Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
 }
 
+// AbandonMargin is added to an older request's flight bound before a waiter that has
+// watched it that long, on its own monotonic clock, treats it as abandoned: it covers
+// the time between the owner's admission and the waiter's, and clocks that run at
+// slightly different rates.
+const AbandonMargin = time.Second
+
 // LocalFlights is the drain barrier within one process, for the stores whose
 // marks live in the process (memory, bolt): only one process admits against
 // them, so the barrier needs no store round trip. The zero value is ready.

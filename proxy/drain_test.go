@@ -293,3 +293,54 @@ func TestPastDeadlineSendsNothing(t *testing.T) {
 		t.Fatalf("body read past the deadline = %v", err)
 	}
 }
+
+// FENCE_BODY_TIMEOUT bounds the client's sending only: a large body (read
+// as it is forwarded) that waited at the barrier longer than the bound is
+// forwarded whole once the older request ends. Before, the wait counted,
+// and the body was cut off at the upstream (unexpected EOF, 504).
+func TestBodyTimeoutStopsAtTheBarrier(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	f := newFixtureWith(t, drainRoutes, memstore.New(), func(o *Options) { o.BodyTimeout = bound })
+	h := holdingUpstream(f)
+	got := make(chan int, 1)
+	f.up.handle(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		tok := r.Header.Get("Fencing-Token")
+		h.arrivals <- tok
+		if r.Header.Get("X-Hold") != "" {
+			<-h.release
+		}
+		if tok == "42" {
+			if err != nil {
+				n = -1
+			}
+			got <- int(n)
+		}
+		_, _ = io.WriteString(w, "stored "+tok)
+	})
+	held := f.send("/docs/1", "41", true)
+	h.arrives(t, "41", 5*time.Second)
+
+	size := 2*maxBodyFirst + 1
+	out := make(chan sent, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPut, f.front.URL+"/docs/1", strings.NewReader(strings.Repeat("b", size)))
+		req.Header.Set("Fencing-Token", "42")
+		resp, err := f.front.Client().Do(req)
+		if err != nil {
+			out <- sent{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		out <- sent{status: resp.StatusCode, body: string(b)}
+	}()
+	h.nothingArrives(t, 3*bound, "42 while 41 is in flight")
+	close(h.release)
+	answer(t, held, http.StatusOK)
+	h.arrives(t, "42", 5*time.Second)
+	answer(t, out, http.StatusOK)
+	if n := <-got; n != size {
+		t.Fatalf("the upstream read %d bytes of 42's body, want %d", n, size)
+	}
+}

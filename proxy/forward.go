@@ -49,6 +49,9 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 				c = 0
 			}
 			m.upstreamClass[c].Inc()
+			if x := exchangeOf(resp.Request); x != nil {
+				x.keepReading(resp)
+			}
 			if resp.Request != nil {
 				if id := resp.Request.Header[HeaderRequestID]; len(id) == 1 {
 					if resp.Header == nil { // a RoundTripper's own response may have none
