@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
@@ -343,4 +344,45 @@ func TestBodyTimeoutStopsAtTheBarrier(t *testing.T) {
 	if n := <-got; n != size {
 		t.Fatalf("the upstream read %d bytes of 42's body, want %d", n, size)
 	}
+}
+
+// A request whose replica died is never released. A waiter watches it for
+// its bound plus fencestore.AbandonMargin from its own admission, longer
+// than the waiter's own upstream deadline allows it to wait; so the waiter
+// is answered at its deadline (504, nothing forwarded) but goes on watching,
+// and takes the dead request out of the barrier when it counts as
+// abandoned. The next request then goes. Were the watch cut with the
+// answer, every waiter would stop short of the abandonment, and the
+// resource would admit nothing again.
+func TestWaiterWatchesAnAbandonedRequestToItsEnd(t *testing.T) {
+	const timeout = 2 * time.Second
+	store := memstore.New()
+	f := newFixtureWith(t, drainRoutes, store, func(o *Options) { o.UpstreamTimeout = timeout })
+	h := holdingUpstream(f)
+	// 41, admitted by a replica that died before it released it.
+	dead, err := store.Admit(context.Background(), fencestore.Admission{Resource: "docs/1", Token: 41, Flight: timeout})
+	if err != nil || !dead.Admitted {
+		t.Fatalf("41: %+v, %v", dead, err)
+	}
+
+	s := <-f.send("/docs/1", "42", false)
+	switch {
+	case s.err != nil:
+		t.Fatal(s.err)
+	case s.status == http.StatusOK:
+		// A store that times 41's bound from 41's own admission let 42
+		// through within 42's deadline.
+		h.arrives(t, "42", time.Second)
+	case s.status == http.StatusGatewayTimeout:
+		p := decodeProblem(t, &http.Response{StatusCode: s.status, Header: s.header}, s.body)
+		if !strings.Contains(s.body, `"forwarded":"false"`) || p.Token != "42" {
+			t.Fatalf("42 held past its deadline: %s", s.body)
+		}
+		h.nothingArrives(t, 0, "42 after its 504")
+	default:
+		t.Fatalf("42: status %d: %s", s.status, s.body)
+	}
+	// 43's deadline is past the end of the first watch of 41.
+	answer(t, f.send("/docs/1", "43", false), http.StatusOK)
+	h.arrives(t, "43", time.Second)
 }

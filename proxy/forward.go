@@ -104,10 +104,14 @@ func upstreamProblem(err error, route string) *problem {
 	case notSent:
 		detail = "the upstream could not be reached: the request was admitted but not sent to it"
 	}
-	return &problem{
+	p := &problem{
 		Type: "about:blank", Title: http.StatusText(status), Status: status,
 		Detail: detail, Route: route,
 	}
+	if notSent {
+		p.Forwarded = "false"
+	}
+	return p
 }
 
 // copyBuffers recycles the 32 KiB buffers that copy response bodies. Without
