@@ -196,8 +196,8 @@ func TestDrainOptOut(t *testing.T) {
 }
 
 // FENCE_DRAIN_TIMEOUT: a newer request that waited that long gets 503
-// drain-timeout with Retry-After, is never forwarded, and its token has
-// advanced the mark all the same.
+// drain-timeout with Retry-After and "forwarded": "false", is never
+// forwarded, and its token has advanced the mark all the same.
 func TestDrainTimeout(t *testing.T) {
 	f := newFixtureWith(t, drainRoutes, memstore.New(), func(o *Options) { o.DrainTimeout = 200 * time.Millisecond })
 	h := holdingUpstream(f)
@@ -207,7 +207,8 @@ func TestDrainTimeout(t *testing.T) {
 	s := answer(t, f.send("/docs/1", "42", false), http.StatusServiceUnavailable)
 	resp := &http.Response{StatusCode: s.status, Header: s.header}
 	p := decodeProblem(t, resp, s.body)
-	if p.Type != TypeDrainTimeout || s.header.Get("Retry-After") == "" || p.Token != "42" || p.Resource != "docs/1" {
+	if p.Type != TypeDrainTimeout || s.header.Get("Retry-After") == "" || p.Token != "42" || p.Resource != "docs/1" ||
+		!strings.Contains(s.body, `"forwarded":"false"`) {
 		t.Fatalf("drain timeout answer: %+v, Retry-After %q", p, s.header.Get("Retry-After"))
 	}
 	close(h.release)
