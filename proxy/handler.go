@@ -41,13 +41,14 @@ type Options struct {
 	// Transport forwards admitted requests. If nil, NewTransport().
 	Transport http.RoundTripper
 	// BodyTimeout bounds reading one request body from the client, from the
-	// moment the handler starts; past it the read fails and nothing more of
-	// the body reaches the upstream. If zero, 60s.
+	// moment the handler starts, less the time the request waits at the
+	// drain barrier; past it the read fails and nothing more of the body
+	// reaches the upstream. If zero, 60s.
 	BodyTimeout time.Duration
 	// UpstreamTimeout bounds every admitted request from its admission to
 	// the end of its response (FENCE_UPSTREAM_TIMEOUT); past it the upstream
-	// exchange is abandoned. It is also the in-flight deadline of the drain
-	// barrier. If zero, 30s.
+	// exchange is abandoned. It is also the bound the request is registered
+	// in the drain barrier with: nothing of it is sent past it. If zero, 30s.
 	UpstreamTimeout time.Duration
 	// Tokens verifies signed tokens (FENCE_TOKEN_KEYS_FILE): when set, the
 	// token header must hold a JWS of its keys, and the token is its fence
