@@ -350,40 +350,56 @@ func TestBodyTimeoutStopsAtTheBarrier(t *testing.T) {
 // A request whose replica died is never released. A waiter watches it for
 // its bound plus fencestore.AbandonMargin from its own admission, longer
 // than the waiter's own upstream deadline allows it to wait; so the waiter
-// is answered at its deadline (504, nothing forwarded) but goes on watching,
-// and takes the dead request out of the barrier when it counts as
-// abandoned. The next request then goes. Were the watch cut with the
-// answer, every waiter would stop short of the abandonment, and the
-// resource would admit nothing again.
+// is answered first (504 at its deadline, or 503 at FENCE_DRAIN_TIMEOUT;
+// nothing forwarded) but goes on watching, and takes the dead request out of
+// the barrier when it counts as abandoned. The next request then goes. Were
+// the watch cut with the answer, every waiter would stop short of the
+// abandonment, and the resource would admit nothing again.
 func TestWaiterWatchesAnAbandonedRequestToItsEnd(t *testing.T) {
 	const timeout = 2 * time.Second
-	store := memstore.New()
-	f := newFixtureWith(t, drainRoutes, store, func(o *Options) { o.UpstreamTimeout = timeout })
-	h := holdingUpstream(f)
-	// 41, admitted by a replica that died before it released it.
-	dead, err := store.Admit(context.Background(), fencestore.Admission{Resource: "docs/1", Token: 41, Flight: timeout})
-	if err != nil || !dead.Admitted {
-		t.Fatalf("41: %+v, %v", dead, err)
-	}
+	for _, tt := range []struct {
+		name         string
+		drainTimeout time.Duration
+		status       int // 42's answer where the store abandons 41 only after watching it
+		// wait43 is how long after 42 is sent 43 is: 43 must still be
+		// waiting when 42's watch of 41 ends (timeout + 1 s after 42's
+		// admission), its own deadline or FENCE_DRAIN_TIMEOUT still ahead.
+		wait43 time.Duration
+	}{
+		{"answered at its own deadline", 0, http.StatusGatewayTimeout, fencestore.AbandonMargin + 200*time.Millisecond},
+		{"answered at FENCE_DRAIN_TIMEOUT", 300 * time.Millisecond, http.StatusServiceUnavailable, timeout + fencestore.AbandonMargin},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := memstore.New()
+			f := newFixtureWith(t, drainRoutes, store, func(o *Options) { o.UpstreamTimeout, o.DrainTimeout = timeout, tt.drainTimeout })
+			h := holdingUpstream(f)
+			// 41, admitted by a replica that died before it released it.
+			dead, err := store.Admit(context.Background(), fencestore.Admission{Resource: "docs/1", Token: 41, Flight: timeout})
+			if err != nil || !dead.Admitted {
+				t.Fatalf("41: %+v, %v", dead, err)
+			}
 
-	s := <-f.send("/docs/1", "42", false)
-	switch {
-	case s.err != nil:
-		t.Fatal(s.err)
-	case s.status == http.StatusOK:
-		// A store that times 41's bound from 41's own admission let 42
-		// through within 42's deadline.
-		h.arrives(t, "42", time.Second)
-	case s.status == http.StatusGatewayTimeout:
-		p := decodeProblem(t, &http.Response{StatusCode: s.status, Header: s.header}, s.body)
-		if !strings.Contains(s.body, `"forwarded":"false"`) || p.Token != "42" {
-			t.Fatalf("42 held past its deadline: %s", s.body)
-		}
-		h.nothingArrives(t, 0, "42 after its 504")
-	default:
-		t.Fatalf("42: status %d: %s", s.status, s.body)
+			sent42 := time.Now()
+			s := <-f.send("/docs/1", "42", false)
+			switch {
+			case s.err != nil:
+				t.Fatal(s.err)
+			case s.status == http.StatusOK:
+				// A store that times 41's bound from 41's own admission let
+				// 42 through within 42's deadline.
+				h.arrives(t, "42", time.Second)
+			case s.status == tt.status || s.status == http.StatusGatewayTimeout:
+				p := decodeProblem(t, &http.Response{StatusCode: s.status, Header: s.header}, s.body)
+				if !strings.Contains(s.body, `"forwarded":"false"`) || p.Route != "docs" {
+					t.Fatalf("42 held back: %s", s.body)
+				}
+				h.nothingArrives(t, 0, "42 after its refusal")
+			default:
+				t.Fatalf("42: status %d: %s", s.status, s.body)
+			}
+			time.Sleep(time.Until(sent42.Add(tt.wait43)))
+			answer(t, f.send("/docs/1", "43", false), http.StatusOK)
+			h.arrives(t, "43", time.Second)
+		})
 	}
-	// 43's deadline is past the end of the first watch of 41.
-	answer(t, f.send("/docs/1", "43", false), http.StatusOK)
-	h.arrives(t, "43", time.Second)
 }
