@@ -83,7 +83,7 @@ func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, v *verdi
 	// it. A deferred call, so that it runs on ReverseProxy's
 	// http.ErrAbortHandler panic too.
 	defer p.store.Release(f)
-	x := &exchange{client: client}
+	x := &exchange{Context: ctx, client: client}
 	defer x.end(v.rt.metrics)
 	if client.Err() != nil {
 		// Gone before anything was sent: nobody is waiting for this
@@ -91,7 +91,7 @@ func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, v *verdi
 		w.WriteHeader(499)
 		return
 	}
-	p.sendAdmitted(w, r.WithContext(context.WithValue(ctx, exchangeKey{}, x)), v)
+	p.sendAdmitted(w, r.WithContext(x), v)
 }
 
 // sendAdmitted forwards r, whose context carries its upstream deadline.

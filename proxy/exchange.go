@@ -18,14 +18,29 @@ import (
 // answering), and a newer request let through by it could be applied
 // first.
 
-// exchange is one admitted, in-flight request's forward, in its context
-// under exchangeKey: the response hook finds it there (forward.go).
+// exchange is one admitted, in-flight request's forward. It is the
+// forward's context (the upstream deadline, which the client's going does
+// not cancel), and answers exchangeKey with itself: the response hook finds
+// it there (forward.go). One allocation for the three, on the hot path.
 type exchange struct {
-	client context.Context // the client's own request context
-	cut    atomic.Bool     // the response body was closed before its end
+	context.Context                 // the request's upstream deadline
+	client          context.Context // the client's own request context
+	cut             atomic.Bool     // the response body was closed before its end
+	body            readToEnd
 }
 
 type exchangeKey struct{}
+
+// Value returns x for exchangeKey, and what its deadline's context holds
+// for any other key (the request's values, and the context package's own
+// key, so that contexts derived from x attach to its deadline without a
+// goroutine).
+func (x *exchange) Value(key any) any {
+	if key == (exchangeKey{}) {
+		return x
+	}
+	return x.Context.Value(key)
+}
 
 // exchangeOf returns the exchange r's forward belongs to, or nil when r is
 // not in flight (no barrier on its route, or not fenced).
@@ -55,7 +70,8 @@ func (x *exchange) keepReading(resp *http.Response) {
 	if resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols {
 		return
 	}
-	resp.Body = &readToEnd{ReadCloser: resp.Body, x: x}
+	x.body = readToEnd{ReadCloser: resp.Body, x: x}
+	resp.Body = &x.body
 }
 
 // readToEnd is an in-flight request's response body: Close reads what is
