@@ -18,6 +18,12 @@ import (
 // first; a request without a sequence comes before every request of its
 // token that has one (Mark.Before).
 
+// AbandonMargin is added to an older request's flight bound before a waiter that has
+// watched it that long, on its own monotonic clock, treats it as abandoned: it covers
+// the time between the owner's admission and the waiter's, and clocks that run at
+// slightly different rates.
+const AbandonMargin = time.Second
+
 // Flight is one admitted request's place in the barrier. Stores fill it;
 // callers only read Older and Expired and hand it back to Drain and Release.
 type Flight struct {
@@ -56,12 +62,6 @@ func (m Mark) Before(o Mark) bool {
 func (a Admission) Order() Mark {
 	return Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
 }
-
-// AbandonMargin is added to an older request's flight bound before a waiter that has
-// watched it that long, on its own monotonic clock, treats it as abandoned: it covers
-// the time between the owner's admission and the waiter's, and clocks that run at
-// slightly different rates.
-const AbandonMargin = time.Second
 
 // LocalFlights is the drain barrier within one process, for the stores whose
 // marks live in the process (memory, bolt): only one process admits against
