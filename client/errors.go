@@ -57,6 +57,19 @@ var (
 	// ErrSequenceMalformed: the sequence header was not one canonical decimal
 	// uint64 (400, urn:fenceproxy:sequence-malformed).
 	ErrSequenceMalformed = errors.New("fenceproxy: malformed fencing sequence")
+	// ErrDrainTimeout: the request was admitted (the resource's mark moved
+	// to its token, and sequence) but waited longer than the proxy's
+	// FENCE_DRAIN_TIMEOUT for older requests of the resource to end, and was
+	// never forwarded (503, urn:fenceproxy:drain-timeout, "forwarded":
+	// "false"); ProblemError.RetryAfter says when to try again. Nothing of it
+	// reached the upstream, so sending it again applies it at most once:
+	// through a context with a Sequence (WithSequence) the new send draws a
+	// new number and is admitted. A number pinned with WithSequenceNumber is
+	// spent: the same number again is refused as ErrStaleSequence although
+	// the request never applied, so pin a new one above it
+	// (ProblemError.Sequence). Under compare ">" the token is spent too: a
+	// new send needs a new token.
+	ErrDrainTimeout = errors.New("fenceproxy: older requests still in flight, nothing forwarded")
 	// ErrNoToken: Transport was asked to send a request whose context carries
 	// no token (see WithToken) and Transport.Optional is false, or that carries
 	// a sequence (see WithSequence) but no token. Nothing was sent.

@@ -24,6 +24,7 @@ type wireProblem struct {
 	HighWaterMark     string `json:"highWaterMark,omitempty"`
 	Sequence          string `json:"sequence,omitempty"`
 	HighWaterSequence string `json:"highWaterSequence,omitempty"`
+	Forwarded         string `json:"forwarded,omitempty"`
 }
 
 // writeProblem answers as fenceproxy's writeProblem does: the same headers,
@@ -128,6 +129,10 @@ type fence struct {
 	admitted       []string // "token/sequence" of each admitted request, in order
 	refusedStale   int      // stale-token and stale-sequence answers
 	refusedMissing int      // sequence-required answers
+	// holdBack is how many of the next admitted requests are held back at
+	// the barrier, as the proxy does past FENCE_DRAIN_TIMEOUT: the mark
+	// moves, nothing is applied, and the answer is drain-timeout.
+	holdBack int
 }
 
 func (f *fence) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -168,6 +173,15 @@ func (f *fence) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.marked, f.token, f.seq = true, t, s
+	if f.holdBack > 0 {
+		f.holdBack--
+		writeProblem(w, wireProblem{
+			Type: "urn:fenceproxy:drain-timeout", Title: "Older requests still in flight", Status: 503,
+			Detail:   "older requests for this resource were still in flight; nothing was forwarded",
+			Resource: "default", Token: tv[0], Sequence: sv[0], Forwarded: "false",
+		})
+		return
+	}
 	f.admitted = append(f.admitted, tv[0]+"/"+sv[0])
 	_, _ = io.WriteString(w, "admitted "+tv[0]+"/"+sv[0])
 }

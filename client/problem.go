@@ -28,6 +28,7 @@ const (
 	typeStaleSequence     = typePrefix + "stale-sequence"
 	typeSequenceRequired  = typePrefix + "sequence-required"
 	typeSequenceMalformed = typePrefix + "sequence-malformed"
+	typeDrainTimeout      = typePrefix + "drain-timeout"
 )
 
 // maxProblemBytes bounds how much of a problem+json body is read to decide
@@ -127,6 +128,8 @@ func (e *ProblemError) Is(target error) bool {
 		return target == ErrSequenceRequired
 	case typeSequenceMalformed:
 		return target == ErrSequenceMalformed
+	case typeDrainTimeout:
+		return target == ErrDrainTimeout
 	}
 	return false
 }

@@ -19,6 +19,7 @@ var sentinels = []error{
 	client.ErrBadRequest, client.ErrStoreUnavailable, client.ErrNoToken,
 	client.ErrStaleSequence, client.ErrSequenceRequired, client.ErrSequenceMalformed,
 	client.ErrSequenceExhausted, client.ErrTokenInvalid, client.ErrTokenWrongResource,
+	client.ErrDrainTimeout,
 }
 
 // Each refusal of the answers table (README.md) becomes its sentinel, with every field
@@ -152,6 +153,22 @@ func TestTransportProblems(t *testing.T) {
 			},
 			want: client.ProblemError{Status: 400, Type: "urn:fenceproxy:sequence-malformed", Title: "Malformed fencing sequence", Detail: "Fencing-Sequence: leading zero", Token: 42},
 			is:   client.ErrSequenceMalformed,
+		},
+		{
+			name: "drain timeout: admitted, never forwarded",
+			answer: func(w http.ResponseWriter, _ *http.Request) {
+				writeProblem(w, wireProblem{
+					Type: "urn:fenceproxy:drain-timeout", Title: "Older requests still in flight", Status: 503,
+					Detail: "older requests for this resource were still in flight after 5s (FENCE_DRAIN_TIMEOUT); nothing was forwarded",
+					Route:  "docs", Resource: "docs/1", Token: "42", Sequence: "7", Forwarded: "false",
+				})
+			},
+			want: client.ProblemError{
+				Status: 503, Type: "urn:fenceproxy:drain-timeout", Title: "Older requests still in flight",
+				Detail: "older requests for this resource were still in flight after 5s (FENCE_DRAIN_TIMEOUT); nothing was forwarded",
+				Route:  "docs", Resource: "docs/1", Token: 42, Sequence: 7, RetryAfter: time.Second,
+			},
+			is: client.ErrDrainTimeout,
 		},
 		{
 			name: "sequences as bare JSON integers, or padded strings, are read from their text",

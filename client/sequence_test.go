@@ -327,6 +327,51 @@ func TestSequenceRetryAtTheFence(t *testing.T) {
 	}
 }
 
+// A request answered drain-timeout was admitted (the mark moved to its
+// pair) and never applied: the client returns ErrDrainTimeout, and a retry
+// through a Sequence draws a new number and is admitted, applied once. A
+// retry with a pinned number is refused as a stale sequence although the
+// request never applied: a pinned number must be renumbered
+// (ProblemError.Sequence says which was spent).
+func TestDrainTimeoutRetryAtTheFence(t *testing.T) {
+	tok := client.WithToken(context.Background(), 42)
+	tests := []struct {
+		name      string
+		ctx       context.Context
+		wantErr   error // of the retry
+		wantAdmit []string
+	}{
+		{name: "Sequence: the retry draws a new number", ctx: client.WithSequence(tok, &client.Sequence{}), wantAdmit: []string{"42/2"}},
+		{name: "pinned number: spent by the held-back send", ctx: client.WithSequenceNumber(tok, 1), wantErr: client.ErrStaleSequence},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, srv := newFence(t)
+			f.holdBack = 1
+			hc := &http.Client{Transport: &client.Transport{Base: srv.Client().Transport}}
+			req, _ := http.NewRequestWithContext(tt.ctx, http.MethodPut, srv.URL+"/orders/42", nil)
+			_, err := hc.Do(req)
+			var pe *client.ProblemError
+			if !errors.Is(err, client.ErrDrainTimeout) || !errors.As(err, &pe) || pe.Sequence != 1 || pe.RetryAfter <= 0 {
+				t.Fatalf("first send: err = %v, want ErrDrainTimeout for sequence 1 with a Retry-After", err)
+			}
+			if errors.Is(err, client.ErrStoreUnavailable) || errors.Is(err, client.ErrStaleSequence) {
+				t.Fatalf("first send: %v matches another sentinel", err)
+			}
+			resp, err := hc.Do(req) // the retry, with the same context
+			if resp != nil {
+				drain(t, resp)
+			}
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("retry: err = %v, want %v", err, tt.wantErr)
+			}
+			if got := f.log(); !reflect.DeepEqual(got, tt.wantAdmit) {
+				t.Fatalf("applied %q, want %q", got, tt.wantAdmit)
+			}
+		})
+	}
+}
+
 // A request is not sent, its body is closed and no number is spent when it
 // cannot carry its sequence: no token (a sequence orders the requests of one
 // token, so Optional does not let it go), the counter is exhausted, or the

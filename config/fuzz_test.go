@@ -29,8 +29,8 @@ func FuzzParseRoutes(f *testing.F) {
 		"routes: [{name: a, path: /a/{b}{c}, resource: x}]\n",
 		"case: insensitive\nroutes:\n  - {name: a, path: '/Orders/{id:uint}', methods: [mkcol, MOVE], resource: 'o/{id}'}\n  - {name: b, path: /orders/{id}, case: sensitive, resource: b}\n",
 		// The sequence key: each value, on a route and on the default rule.
-		"routes:\n  - {name: a, path: '/o/{id}', resource: 'o/{id}', sequence: required}\n  - {name: b, path: /b, resource: b, sequence: optional, compare: '>'}\n  - {name: c, path: /c, resource: c, sequence: off}\ndefault:\n  sequence: optional\n",
-		// Contradictions: an unfenced rule with a sequence; ">" with a required sequence.
+		"routes:\n  - {name: a, path: '/o/{id}', resource: 'o/{id}', sequence: required}\n  - {name: b, path: /b, resource: b, sequence: optional}\n  - {name: c, path: /c, resource: c, sequence: off, compare: '>'}\ndefault:\n  sequence: optional\n",
+		// Contradictions: an unfenced rule with a sequence; ">" with a sequence, required or optional.
 		"routes:\n  - {name: a, path: /a, fence: false, sequence: off}\n  - {name: b, path: /b, resource: b, compare: '>', sequence: required}\ndefault:\n  fence: false\n  sequence: required\n",
 		// Spellings that are not the key's values: YAML 1.1 booleans, case, a list.
 		"routes:\n  - {name: a, path: /a, resource: a, sequence: no}\n  - {name: b, path: /b, resource: b, sequence: Required}\n  - {name: c, path: /c, resource: c, sequence: [required]}\n",
@@ -100,8 +100,8 @@ func checkRoute(t *testing.T, r Route) {
 	switch {
 	case r.Sequence > SequenceOptional:
 		t.Fatalf("route %q: sequence %v", r.Name, r.Sequence)
-	case r.Sequence == SequenceRequired && r.Compare == CompareGreater:
-		t.Fatalf("route %q: compare \">\" accepted with sequence: required", r.Name)
+	case r.Sequence != SequenceOff && r.Compare == CompareGreater:
+		t.Fatalf("route %q: compare \">\" accepted with sequence: %v", r.Name, r.Sequence)
 	}
 	if len(r.Resource.Parts) == 0 || r.Resource.String() != r.Resource.Raw {
 		t.Fatalf("route %q: bad resource %#v", r.Name, r.Resource)

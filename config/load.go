@@ -34,7 +34,7 @@ type rawEnv struct {
 	ShutdownTimeout string `env:"FENCE_SHUTDOWN_TIMEOUT" envDefault:"25s" help:"bound on draining in-flight requests at SIGTERM (below the pod's terminationGracePeriodSeconds)"`
 	LogLevel        string `env:"FENCE_LOG_LEVEL" envDefault:"info" help:"zap level; logs are JSON lines on stderr"`
 	AdminPprof      string `env:"FENCE_ADMIN_PPROF" envDefault:"false" help:"serve net/http/pprof under /debug/pprof/ on the admin port"`
-	BodyTimeout     string `env:"FENCE_BODY_TIMEOUT" envDefault:"60s" help:"bound on reading one request body from the client"`
+	BodyTimeout     string `env:"FENCE_BODY_TIMEOUT" envDefault:"60s" help:"bound on the client's sending of one request body (waiting at the drain barrier does not count)"`
 	UpstreamTimeout string `env:"FENCE_UPSTREAM_TIMEOUT" envDefault:"30s" help:"bound on an admitted request from admission to the end of its response (also the drain barrier's in-flight deadline)"`
 	Drain           string `env:"FENCE_DRAIN" envDefault:"on" help:"on: the drain barrier on every fenced route without drain: false; off: none"`
 	DrainTimeout    string `env:"FENCE_DRAIN_TIMEOUT" shown:"(unset: wait)" help:"bound on one wait at the drain barrier; past it 503 drain-timeout"`

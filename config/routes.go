@@ -331,15 +331,16 @@ func buildRule(r Route, raw rawRule, scope ruleScope, bad func(format string, ar
 			bad("sequence: %q must be off, required or optional", *raw.Sequence)
 		}
 	}
-	// compare applies only to a request without a sequence, and with
-	// sequence: required there is none: one token then admits every request
-	// whose sequence grows, which is not what ">" (each request its own
-	// token) promises.
 	r.NoDrain = raw.Drain != nil && !*raw.Drain
 	r.DryRun = raw.Enforce != nil && !*raw.Enforce
-	if r.Sequence == SequenceRequired && raw.Compare != nil && r.Compare == CompareGreater {
-		bad("compare: \">\" contradicts sequence: required (every request is ordered by its (token, sequence) pair, so one token admits many requests; " +
-			"use sequence: optional to make requests without a sequence need a token of their own, or drop compare)")
+	// compare applies only to a request without a sequence. With sequence:
+	// required there is none, and with optional a request escapes it by
+	// carrying one: a token already used, sent again with a sequence, is
+	// admitted by its pair. Either way one token admits many requests,
+	// which is not what ">" (each request its own token) promises.
+	if r.Sequence != SequenceOff && r.Compare == CompareGreater {
+		bad("compare: \">\" contradicts sequence: %s (a request with a sequence is ordered by its (token, sequence) pair, "+
+			"so one token admits many requests, a token already used included; drop compare, or set sequence: off for one request per token)", r.Sequence)
 	}
 	return r
 }

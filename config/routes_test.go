@@ -249,6 +249,13 @@ func TestParseRoutesInvalid(t *testing.T) {
 		{"default bad sequence", "default:\n  sequence: sometimes\n", []string{`default: sequence: "sometimes" must be off, required or optional`}},
 		{"default fence false with sequence", "default:\n  fence: false\n  sequence: optional\n", []string{"default: fence: false contradicts sequence"}},
 		{"default compare > with sequence required", "default:\n  compare: '>'\n  sequence: required\n", []string{`default: compare: ">" contradicts sequence: required`}},
+		// With optional, a token already used would be admitted again by
+		// adding a sequence to it.
+		{"compare > with sequence optional", route("name: writes", "path: /w", "resource: w", `compare: ">"`, "sequence: optional"),
+			[]string{`route "writes": compare: ">" contradicts sequence: optional`}},
+		{"compare > with sequence optional, token optional", route("name: writes", "path: /w", "resource: w", `compare: ">"`, "sequence: optional", "token: optional"),
+			[]string{`route "writes": compare: ">" contradicts sequence: optional`}},
+		{"default compare > with sequence optional", "default:\n  compare: '>'\n  sequence: optional\n", []string{`default: compare: ">" contradicts sequence: optional`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -339,7 +346,8 @@ routes:
   - {name: req, path: /req, resource: req, sequence: required}
   - {name: req-ge, path: /req-ge, resource: req-ge, sequence: required, compare: ">="}
   - {name: opt, path: /opt, resource: opt, sequence: optional}
-  - {name: opt-gt, path: /opt-gt, resource: opt-gt, sequence: optional, compare: ">", token: optional}
+  - {name: opt-topt, path: /opt-topt, resource: opt-topt, sequence: optional, token: optional}
+  - {name: off-gt, path: /off-gt, resource: off-gt, sequence: off, compare: ">"}
   - {name: unfenced, path: /unfenced, fence: false}
 default:
   sequence: required
@@ -349,15 +357,18 @@ default:
 	}
 	want := map[string]Sequence{
 		"none": SequenceOff, "off": SequenceOff, "req": SequenceRequired, "req-ge": SequenceRequired,
-		"opt": SequenceOptional, "opt-gt": SequenceOptional, "unfenced": SequenceOff,
+		"opt": SequenceOptional, "opt-topt": SequenceOptional, "off-gt": SequenceOff, "unfenced": SequenceOff,
 	}
 	for _, r := range rs.Routes {
 		if r.Sequence != want[r.Name] {
 			t.Errorf("route %q: sequence %v, want %v", r.Name, r.Sequence, want[r.Name])
 		}
 	}
-	if opt := rs.Routes[5]; opt.Compare != CompareGreater || !opt.TokenOptional {
-		t.Errorf("route opt-gt: %+v", opt)
+	if opt := rs.Routes[5]; opt.Compare != CompareAtLeast || !opt.TokenOptional {
+		t.Errorf("route opt-topt: %+v", opt)
+	}
+	if gt := rs.Routes[6]; gt.Compare != CompareGreater {
+		t.Errorf("route off-gt: %+v", gt)
 	}
 	d := rs.Default
 	if d.Sequence != SequenceRequired || !d.Fence || d.Resource.Raw != "default" || d.Compare != CompareAtLeast {

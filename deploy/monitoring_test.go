@@ -95,7 +95,7 @@ var monAlerts = []string{
 var monRouteFamilies = []string{
 	"fenceproxy_requests_total", "fenceproxy_admission_duration_seconds", "fenceproxy_upstream_errors_total",
 	"fenceproxy_drain_total", "fenceproxy_drain_wait_seconds", "fenceproxy_mark_regressions_total",
-	"fenceproxy_upstream_duration_seconds", "fenceproxy_upstream_responses_total",
+	"fenceproxy_upstream_duration_seconds", "fenceproxy_upstream_responses_total", "fenceproxy_client_gone_total",
 }
 
 // monTargetLabels are labels Prometheus attaches to a scrape target (not on

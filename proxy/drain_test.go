@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
 	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
@@ -195,8 +196,8 @@ func TestDrainOptOut(t *testing.T) {
 }
 
 // FENCE_DRAIN_TIMEOUT: a newer request that waited that long gets 503
-// drain-timeout with Retry-After, is never forwarded, and its token has
-// advanced the mark all the same.
+// drain-timeout with Retry-After and "forwarded": "false", is never
+// forwarded, and its token has advanced the mark all the same.
 func TestDrainTimeout(t *testing.T) {
 	f := newFixtureWith(t, drainRoutes, memstore.New(), func(o *Options) { o.DrainTimeout = 200 * time.Millisecond })
 	h := holdingUpstream(f)
@@ -206,7 +207,8 @@ func TestDrainTimeout(t *testing.T) {
 	s := answer(t, f.send("/docs/1", "42", false), http.StatusServiceUnavailable)
 	resp := &http.Response{StatusCode: s.status, Header: s.header}
 	p := decodeProblem(t, resp, s.body)
-	if p.Type != TypeDrainTimeout || s.header.Get("Retry-After") == "" || p.Token != "42" || p.Resource != "docs/1" {
+	if p.Type != TypeDrainTimeout || s.header.Get("Retry-After") == "" || p.Token != "42" || p.Resource != "docs/1" ||
+		!strings.Contains(s.body, `"forwarded":"false"`) {
 		t.Fatalf("drain timeout answer: %+v, Retry-After %q", p, s.header.Get("Retry-After"))
 	}
 	close(h.release)
@@ -291,5 +293,113 @@ func TestPastDeadlineSendsNothing(t *testing.T) {
 	b := &sendByBody{ReadCloser: io.NopCloser(strings.NewReader("later write")), ctx: ctx}
 	if _, err := b.Read(make([]byte, 8)); !errors.Is(err, errPastDeadline) {
 		t.Fatalf("body read past the deadline = %v", err)
+	}
+}
+
+// FENCE_BODY_TIMEOUT bounds the client's sending only: a large body (read
+// as it is forwarded) that waited at the barrier longer than the bound is
+// forwarded whole once the older request ends. Before, the wait counted,
+// and the body was cut off at the upstream (unexpected EOF, 504).
+func TestBodyTimeoutStopsAtTheBarrier(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	f := newFixtureWith(t, drainRoutes, memstore.New(), func(o *Options) { o.BodyTimeout = bound })
+	h := holdingUpstream(f)
+	got := make(chan int, 1)
+	f.up.handle(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		tok := r.Header.Get("Fencing-Token")
+		h.arrivals <- tok
+		if r.Header.Get("X-Hold") != "" {
+			<-h.release
+		}
+		if tok == "42" {
+			if err != nil {
+				n = -1
+			}
+			got <- int(n)
+		}
+		_, _ = io.WriteString(w, "stored "+tok)
+	})
+	held := f.send("/docs/1", "41", true)
+	h.arrives(t, "41", 5*time.Second)
+
+	size := 2*maxBodyFirst + 1
+	out := make(chan sent, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPut, f.front.URL+"/docs/1", strings.NewReader(strings.Repeat("b", size)))
+		req.Header.Set("Fencing-Token", "42")
+		resp, err := f.front.Client().Do(req)
+		if err != nil {
+			out <- sent{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		out <- sent{status: resp.StatusCode, body: string(b)}
+	}()
+	h.nothingArrives(t, 3*bound, "42 while 41 is in flight")
+	close(h.release)
+	answer(t, held, http.StatusOK)
+	h.arrives(t, "42", 5*time.Second)
+	answer(t, out, http.StatusOK)
+	if n := <-got; n != size {
+		t.Fatalf("the upstream read %d bytes of 42's body, want %d", n, size)
+	}
+}
+
+// A request whose replica died is never released. A waiter watches it for
+// its bound plus fencestore.AbandonMargin from its own admission, longer
+// than the waiter's own upstream deadline allows it to wait; so the waiter
+// is answered first (504 at its deadline, or 503 at FENCE_DRAIN_TIMEOUT;
+// nothing forwarded) but goes on watching, and takes the dead request out of
+// the barrier when it counts as abandoned. The next request then goes. Were
+// the watch cut with the answer, every waiter would stop short of the
+// abandonment, and the resource would admit nothing again.
+func TestWaiterWatchesAnAbandonedRequestToItsEnd(t *testing.T) {
+	const timeout = 2 * time.Second
+	for _, tt := range []struct {
+		name         string
+		drainTimeout time.Duration
+		status       int // 42's answer where the store abandons 41 only after watching it
+		// wait43 is how long after 42 is sent 43 is: 43 must still be
+		// waiting when 42's watch of 41 ends (timeout + 1 s after 42's
+		// admission), its own deadline or FENCE_DRAIN_TIMEOUT still ahead.
+		wait43 time.Duration
+	}{
+		{"answered at its own deadline", 0, http.StatusGatewayTimeout, fencestore.AbandonMargin + 200*time.Millisecond},
+		{"answered at FENCE_DRAIN_TIMEOUT", 300 * time.Millisecond, http.StatusServiceUnavailable, timeout + fencestore.AbandonMargin},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := memstore.New()
+			f := newFixtureWith(t, drainRoutes, store, func(o *Options) { o.UpstreamTimeout, o.DrainTimeout = timeout, tt.drainTimeout })
+			h := holdingUpstream(f)
+			// 41, admitted by a replica that died before it released it.
+			dead, err := store.Admit(context.Background(), fencestore.Admission{Resource: "docs/1", Token: 41, Flight: timeout})
+			if err != nil || !dead.Admitted {
+				t.Fatalf("41: %+v, %v", dead, err)
+			}
+
+			sent42 := time.Now()
+			s := <-f.send("/docs/1", "42", false)
+			switch {
+			case s.err != nil:
+				t.Fatal(s.err)
+			case s.status == http.StatusOK:
+				// A store that times 41's bound from 41's own admission let
+				// 42 through within 42's deadline.
+				h.arrives(t, "42", time.Second)
+			case s.status == tt.status || s.status == http.StatusGatewayTimeout:
+				p := decodeProblem(t, &http.Response{StatusCode: s.status, Header: s.header}, s.body)
+				if !strings.Contains(s.body, `"forwarded":"false"`) || p.Route != "docs" {
+					t.Fatalf("42 held back: %s", s.body)
+				}
+				h.nothingArrives(t, 0, "42 after its refusal")
+			default:
+				t.Fatalf("42: status %d: %s", s.status, s.body)
+			}
+			time.Sleep(time.Until(sent42.Add(tt.wait43)))
+			answer(t, f.send("/docs/1", "43", false), http.StatusOK)
+			h.arrives(t, "43", time.Second)
+		})
 	}
 }

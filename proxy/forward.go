@@ -49,6 +49,9 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 				c = 0
 			}
 			m.upstreamClass[c].Inc()
+			if x := exchangeOf(resp.Request); x != nil {
+				x.keepReading(resp)
+			}
 			if resp.Request != nil {
 				if id := resp.Request.Header[HeaderRequestID]; len(id) == 1 {
 					if resp.Header == nil { // a RoundTripper's own response may have none
@@ -101,10 +104,14 @@ func upstreamProblem(err error, route string) *problem {
 	case notSent:
 		detail = "the upstream could not be reached: the request was admitted but not sent to it"
 	}
-	return &problem{
+	p := &problem{
 		Type: "about:blank", Title: http.StatusText(status), Status: status,
 		Detail: detail, Route: route,
 	}
+	if notSent {
+		p.Forwarded = "false"
+	}
+	return p
 }
 
 // copyBuffers recycles the 32 KiB buffers that copy response bodies. Without

@@ -41,13 +41,14 @@ type Options struct {
 	// Transport forwards admitted requests. If nil, NewTransport().
 	Transport http.RoundTripper
 	// BodyTimeout bounds reading one request body from the client, from the
-	// moment the handler starts; past it the read fails and nothing more of
-	// the body reaches the upstream. If zero, 60s.
+	// moment the handler starts, less the time the request waits at the
+	// drain barrier; past it the read fails and nothing more of the body
+	// reaches the upstream. If zero, 60s.
 	BodyTimeout time.Duration
 	// UpstreamTimeout bounds every admitted request from its admission to
 	// the end of its response (FENCE_UPSTREAM_TIMEOUT); past it the upstream
-	// exchange is abandoned. It is also the in-flight deadline of the drain
-	// barrier. If zero, 30s.
+	// exchange is abandoned. It is also the bound the request is registered
+	// in the drain barrier with: nothing of it is sent past it. If zero, 30s.
 	UpstreamTimeout time.Duration
 	// Tokens verifies signed tokens (FENCE_TOKEN_KEYS_FILE): when set, the
 	// token header must hold a JWS of its keys, and the token is its fence
@@ -219,7 +220,7 @@ func (p *Proxy) SetRoutes(rs config.Routes) error {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.metrics.inFlight.Inc()
 	defer p.metrics.inFlight.Dec()
-	p.boundBody(w, r)
+	bodyBy := p.boundBody(w, r)
 	var vv verdict
 	v := p.decide(&vv, p.table.Load(), r, false)
 	admitted := v.pr == nil && v.dec == decAdmitted
@@ -227,7 +228,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case admitted:
 		v.rt.metrics.requests[decAdmitted].Inc()
-		p.forwardAdmitted(w, r, v)
+		p.forwardAdmitted(w, r, v, bodyBy)
 	case v.pr == nil:
 		v.rt.metrics.requests[v.dec].Inc()
 		p.serveForward(w, r, v.rt, v.canon, v.trailing)
@@ -355,14 +356,20 @@ func nonCanonicalUint(rt *route, rctx *chi.Context) string {
 // so that a client that stops sending cannot hold a goroutine and an upstream
 // connection for ever. The bound is the connection's read deadline; net/http
 // clears it once the body has been read (its background read of the idle
-// connection starts then), so it never cuts a slow response short.
-func (p *Proxy) boundBody(w http.ResponseWriter, r *http.Request) {
+// connection starts then), so it never cuts a slow response short. It
+// returns the deadline (zero: none), which the barrier stops while the
+// request waits there (drain.go).
+func (p *Proxy) boundBody(w http.ResponseWriter, r *http.Request) time.Time {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return
+		return time.Time{}
 	}
 	// An error means w is not a connection of net/http's server (a test
 	// recorder, say): nothing to bound.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(p.bodyTimeout))
+	by := time.Now().Add(p.bodyTimeout)
+	if http.NewResponseController(w).SetReadDeadline(by) != nil {
+		return time.Time{}
+	}
+	return by
 }
 
 // errTokenHopByHop refuses a request whose Connection header names the token

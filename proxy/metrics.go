@@ -76,6 +76,7 @@ type Metrics struct {
 	drainWait      *prometheus.HistogramVec
 	drain          *prometheus.CounterVec
 	regressions    *prometheus.CounterVec
+	clientGone     *prometheus.CounterVec
 	inFlight       prometheus.Gauge
 	upstreamTime   *prometheus.HistogramVec
 	upstreamClass  *prometheus.CounterVec
@@ -120,6 +121,10 @@ func NewMetrics() *Metrics {
 			Name: "fenceproxy_mark_regressions_total",
 			Help: "Admissions that found the store's mark below the one this replica saw before (lost in a crash, a flush or a failover) and raised it back, by route.",
 		}, []string{"route"}),
+		clientGone: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenceproxy_client_gone_total",
+			Help: "Admitted requests in flight whose client went away (timed out, disconnected) before it had the whole answer, by route: each stayed in flight until fenceproxy's own exchange with the upstream ended, the response read and discarded.",
+		}, []string{"route"}),
 	}
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fenceproxy_requests_in_flight",
@@ -146,7 +151,7 @@ func NewMetrics() *Metrics {
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	})
 	m.Registry.MustRegister(m.requests, m.admission, m.upstreamErrors, m.drainWait, m.drain, m.regressions,
-		m.inFlight, m.upstreamTime, m.upstreamClass, m.storeBatch, m.storeRoundTrip,
+		m.clientGone, m.inFlight, m.upstreamTime, m.upstreamClass, m.storeBatch, m.storeRoundTrip,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -171,6 +176,7 @@ type routeMetrics struct {
 	drainWait      prometheus.Observer
 	drain          [numDrainOutcomes]prometheus.Counter
 	regressions    prometheus.Counter
+	clientGone     prometheus.Counter
 }
 
 func (m *Metrics) forRoute(name string, dryRun bool) *routeMetrics {
@@ -182,6 +188,7 @@ func (m *Metrics) forRoute(name string, dryRun bool) *routeMetrics {
 		upstreamTime:   m.upstreamTime.WithLabelValues(name),
 		drainWait:      m.drainWait.WithLabelValues(name),
 		regressions:    m.regressions.WithLabelValues(name),
+		clientGone:     m.clientGone.WithLabelValues(name),
 	}
 	for c := 1; c <= 5; c++ {
 		rm.upstreamClass[c] = m.upstreamClass.WithLabelValues(name, string(rune('0'+c))+"xx")

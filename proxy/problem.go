@@ -47,6 +47,10 @@ type problem struct {
 	// greatest sequence admitted with token HighWaterMark).
 	Sequence          string `json:"sequence,omitempty"`
 	HighWaterSequence string `json:"highWaterSequence,omitempty"`
+	// Forwarded is "false" on the answer of a request that was admitted
+	// (the mark moved) but held back at the barrier: nothing of it reached
+	// the upstream. A string, as the other members.
+	Forwarded string `json:"forwarded,omitempty"`
 	// ref is the refusal this problem answers (answers.go); zero for an
 	// upstream failure.
 	ref refusal

@@ -29,11 +29,6 @@ routes:
     path: /opt/{id}
     resource: opt/{id}
     sequence: optional
-  - name: optional-gt
-    path: /optgt/{id}
-    resource: optgt/{id}
-    sequence: optional
-    compare: ">"
   - name: off
     path: /off/{id}
     resource: off/{id}
@@ -148,18 +143,6 @@ func TestSequenceAnswers(t *testing.T) {
 			target: "/opt/1", headers: ts("41", ""), status: 409, typ: TypeStaleToken,
 			members: map[string]string{"token": "41", "highWaterMark": "42", "highWaterSequence": "7"}, absent: []string{"sequence"},
 			route: "optional", decision: "stale"},
-
-		// sequence: optional, compare ">"
-		{name: "optional >: without a sequence, an equal token is a stale token", setup: []step{{"/optgt/1", ts("42", "7")}},
-			target: "/optgt/1", headers: ts("42", ""), status: 409, typ: TypeStaleToken,
-			members: map[string]string{"token": "42", "highWaterMark": "42", "highWaterSequence": "7"}, absent: []string{"sequence"},
-			route: "optional-gt", decision: "stale"},
-		{name: "optional >: without a sequence, a greater token is admitted", setup: []step{{"/optgt/1", ts("42", "7")}},
-			target: "/optgt/1", headers: ts("43", ""), status: 200, route: "optional-gt", decision: "admitted"},
-		{name: "optional >: with a sequence, an equal token and a greater sequence is admitted", setup: []step{{"/optgt/1", ts("42", "7")}},
-			target: "/optgt/1", headers: ts("42", "8"), status: 200, route: "optional-gt", decision: "admitted"},
-		{name: "optional >: a sequence after a token-only mark is admitted", setup: []step{{"/optgt/1", ts("42", "7")}, {"/optgt/1", ts("43", "")}},
-			target: "/optgt/1", headers: ts("43", "1"), status: 200, route: "optional-gt", decision: "admitted"},
 
 		// sequence: off
 		{name: "off: the sequence is not read", setup: []step{{"/off/1", ts("42", "7")}},

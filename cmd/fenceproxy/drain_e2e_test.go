@@ -268,8 +268,9 @@ func TestDrainAcrossReplicas(t *testing.T) {
 }
 
 // A replica SIGKILLed, or SIGSTOPped, with a request in flight holds the
-// barrier only until that request's upstream deadline, timed by Redis: the
-// newer request through the other replica then goes. The stopped replica,
+// barrier only for a bounded time (that request's upstream deadline, and
+// at most the margin more): the newer request through the other replica
+// then goes. The stopped replica,
 // continued after its deadline, sends nothing more of its request.
 func TestDrainDeadReplicaHoldsOnlyUntilDeadline(t *testing.T) {
 	bin := buildBinary(t)
