@@ -6,7 +6,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -23,7 +22,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/config"
-	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
 // The status page of the admin port: GET / renders it for a person
@@ -64,17 +62,23 @@ type statusReport struct {
 	Config    []ConfigItem `json:"config"`
 }
 
-// storeStatus is the store's health as /readyz sees it, every check run.
+// storeStatus is the store's health, every check run, and what /readyz
+// answers.
 type storeStatus struct {
-	Kind      string `json:"kind"`            // redis, bolt, etcd or memory
-	Answering bool   `json:"answering"`       // the store answered a ping within the admin's timeout
-	Error     string `json:"error,omitempty"` // the ping's error when it did not
+	Kind string `json:"kind"` // redis, bolt, etcd or memory
+	// State: ok, down, unsafe or lost (StoreState); only ok admits.
+	State     StoreState `json:"state"`
+	Answering bool       `json:"answering"`       // the store answered a ping within the admin's timeout
+	Error     string     `json:"error,omitempty"` // the ping's error when it did not
 	// Lost: a readiness check says the store lost its identity record
 	// (fencestore.ErrStoreLost): every fenced request gets 503 store-lost.
-	Lost     bool          `json:"lost"`
-	Draining bool          `json:"draining"`
-	Ready    bool          `json:"ready"`  // what /readyz answers: 200 exactly when true
-	Checks   []checkResult `json:"checks"` // the other readiness checks, in order
+	Lost     bool `json:"lost"`
+	Draining bool `json:"draining"`
+	// ReadyRequiresStore: FENCE_READY_REQUIRES_STORE=true, /readyz fails
+	// while the state is not ok.
+	ReadyRequiresStore bool          `json:"readyRequiresStore"`
+	Ready              bool          `json:"ready"`  // what /readyz answers: 200 exactly when true
+	Checks             []checkResult `json:"checks"` // the store's other checks, in order
 }
 
 type checkResult struct {
@@ -92,8 +96,11 @@ type rateTable struct {
 }
 
 type routeRate struct {
-	Route     string         `json:"route"`
-	DryRun    bool           `json:"dryRun"` // enforce: false (it counts would_ decisions)
+	Route  string `json:"route"`
+	DryRun bool   `json:"dryRun"` // enforce: false in the table in force (it counts would_ decisions)
+	// InForce: the route is in the table in force (false: a reload removed
+	// it; its counts stay until the process ends).
+	InForce   bool           `json:"inForce"`
 	PerSecond float64        `json:"perSecond"`
 	Total     uint64         `json:"total"`
 	Decisions []decisionRate `json:"decisions"`
@@ -109,6 +116,7 @@ type decisionRate struct {
 type statusPage struct {
 	o        AdminOptions
 	draining *atomic.Bool
+	health   *storeHealth
 	started  time.Time
 	rates    *rateSampler // nil without Metrics
 }
@@ -124,8 +132,8 @@ const (
 	contestedShown = 20
 )
 
-func newStatusPage(o AdminOptions, draining *atomic.Bool) *statusPage {
-	s := &statusPage{o: o, draining: draining, started: time.Now()}
+func newStatusPage(o AdminOptions, draining *atomic.Bool, health *storeHealth) *statusPage {
+	s := &statusPage{o: o, draining: draining, health: health, started: time.Now()}
 	if o.Metrics != nil {
 		s.rates = &rateSampler{read: o.Metrics.requestCounts, now: time.Now, every: rateEvery, window: rateWindow}
 	}
@@ -200,7 +208,8 @@ func (s *statusPage) report(ctx context.Context) statusReport {
 	if m := s.o.Metrics; m != nil {
 		rep.Refusals = m.RecentRefusals()
 		rep.Contested = m.MostContested(contestedShown)
-		rep.Rates = buildRates(s.rates.observe())
+		now, base := s.rates.observe()
+		rep.Rates = buildRates(now, base, m.mode)
 	}
 	if s.o.Config != nil {
 		rep.Config = append(rep.Config, s.o.Config()...)
@@ -208,37 +217,12 @@ func (s *statusPage) report(ctx context.Context) statusReport {
 	return rep
 }
 
-// storeStatus runs what /readyz runs, each with the admin's timeout of its
-// own, and all of them: /readyz stops at the first failure, the page shows
-// every one.
+// storeStatus is a new look at the store, and what /readyz answers with it.
 func (s *statusPage) storeStatus(ctx context.Context) storeStatus {
-	st := storeStatus{Kind: s.o.StoreKind, Draining: s.draining.Load(), Checks: []checkResult{}}
-	if st.Kind == "" {
-		st.Kind = "unknown"
-	}
-	probe := func(f func(context.Context) error) error {
-		ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-		defer cancel()
-		return f(ctx)
-	}
-	st.Ready = !st.Draining
-	if err := probe(s.o.Store.Ping); err != nil {
-		st.Error, st.Ready = "fence store: "+err.Error(), false
-	} else {
-		st.Answering = true
-	}
-	for _, check := range s.o.Checks {
-		err := probe(check)
-		if err == nil {
-			st.Checks = append(st.Checks, checkResult{OK: true})
-			continue
-		}
-		st.Checks = append(st.Checks, checkResult{Error: err.Error()})
-		st.Ready = false
-		if errors.Is(err, fencestore.ErrStoreLost) {
-			st.Lost = true
-		}
-	}
+	st := s.health.look(ctx)
+	st.Draining = s.draining.Load()
+	st.ReadyRequiresStore = s.o.ReadyRequiresStore
+	st.Ready = !st.Draining && (st.State == StoreOK || !s.o.ReadyRequiresStore)
 	return st
 }
 
@@ -317,8 +301,11 @@ func decisionOrder(name string) int {
 
 // buildRates turns a reading and its base into the table: one row per
 // route; a column for admitted and stale always, would_stale when a route
-// is dry-run, and any other decision counted at least once.
-func buildRates(now countReading, base *countReading) rateTable {
+// is dry-run, and any other decision counted at least once. mode says
+// whether a route is a dry run in the table in force (nil: none is): a
+// route switched to enforcing keeps its would_ series, at 0 or not, and is
+// enforcing all the same.
+func buildRates(now countReading, base *countReading, mode func(route string) (dryRun, inForce bool)) rateTable {
 	var span time.Duration
 	if base != nil {
 		span = now.at.Sub(base.at)
@@ -333,8 +320,10 @@ func buildRates(now countReading, base *countReading) rateTable {
 			row = &routeRate{Route: k.route}
 			rows[k.route] = row
 		}
-		if strings.HasPrefix(k.decision, "would_") {
-			row.DryRun = true
+		if mode != nil {
+			row.DryRun, row.InForce = mode(k.route)
+		}
+		if row.DryRun {
 			columns[decStale.would().String()] = true
 		}
 		if v > 0 {
