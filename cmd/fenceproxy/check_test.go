@@ -378,10 +378,10 @@ func TestCheckConnectSameWordsAsRuntime(t *testing.T) {
 	up := newCountingUpstream(t)
 	env := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(), "FENCE_REDIS_PERSISTENCE": "refuse"}
 	p := start(t, env)
-	_, body := readyz(t, p)
-	reason, ok := strings.CutPrefix(body, "fence store refused as unsafe: ")
+	_, reasons := storeVerdict(t, p)
+	reason, ok := strings.CutPrefix(reasons, "fence store refused as unsafe: ")
 	if !ok {
-		t.Fatalf("readyz: %q", body)
+		t.Fatalf("store reasons: %q", reasons)
 	}
 	out, err := runCheck(t, env, "--connect")
 	if err == nil {

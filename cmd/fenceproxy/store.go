@@ -113,7 +113,7 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 	}
 
 	var settings *settingsWatch
-	if policy := (settingsPolicy{eviction: cfg.Redis.Eviction, persistence: cfg.Redis.Persistence}); policy.enabled() {
+	if policy := (settingsPolicy{eviction: cfg.Redis.Eviction, persistence: cfg.Redis.Persistence, stated: cfg.Redis.Settings}); policy.enabled() {
 		settings = newSettingsWatch(s.Settings, policy, s, rlog, settingsEvery, cfg.StoreTimeout)
 		// Checked before serving, so that the first request meets the
 		// verdict; a Redis that does not answer yet is checked once it does.
