@@ -70,7 +70,7 @@ type storeStatus struct {
 	State     StoreState `json:"state"`
 	Answering bool       `json:"answering"`       // the store answered a ping within the admin's timeout
 	Error     string     `json:"error,omitempty"` // the ping's error when it did not
-	// Lost: a readiness check says the store lost its identity record
+	// Lost: a check says the store lost its identity record
 	// (fencestore.ErrStoreLost): every fenced request gets 503 store-lost.
 	Lost     bool `json:"lost"`
 	Draining bool `json:"draining"`

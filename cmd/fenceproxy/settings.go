@@ -363,7 +363,7 @@ func (w *settingsWatch) apply(fs []finding) {
 			fields = append(fields, zap.Error(f.err))
 		}
 		if f.refuse {
-			w.log.Error(f.setting+": refusing every fenced request (503) and not ready: "+f.text, fields...)
+			w.log.Error(f.setting+": refusing every fenced request (503): "+f.text, fields...)
 		} else {
 			w.log.Warn(f.setting+": "+f.text, fields...)
 		}

@@ -102,7 +102,9 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 	out := openedStore{store: s}
 	out.keeper, _ = any(s).(fencestore.Keeper)
 
-	// Not reaching Redis at start is not fatal: the proxy starts unready and
+	// Not reaching Redis at start is not fatal: the proxy starts with the
+	// store down (fenced requests 503, not ready with
+	// FENCE_READY_REQUIRES_STORE=true) and
 	// answers 503 until Redis answers, which is what a pod restart loop would
 	// achieve, minus the restarts.
 	pctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
