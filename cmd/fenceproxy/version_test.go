@@ -40,6 +40,11 @@ func TestOneVersionString(t *testing.T) {
 	if heading == nil || heading[1] != version {
 		t.Errorf("CHANGELOG.md's newest entry is %v, want %s", heading, version)
 	}
+	for _, k := range []string{"deploy/examples/sample-app/kustomization.yaml", "deploy/integrations/authz/kustomization.yaml"} {
+		if want := "newTag: " + version; !strings.Contains(read(k), want) {
+			t.Errorf("%s's fenceproxy image is not tagged %s (%q)", k, version, want)
+		}
+	}
 	for _, doc := range []string{"README.md", "docs/client.md"} {
 		if want := "go get github.com/fenceproxy/fenceproxy/client@" + version; !strings.Contains(read(doc), want) {
 			t.Errorf("%s does not say %q", doc, want)
