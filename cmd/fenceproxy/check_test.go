@@ -350,7 +350,16 @@ func TestCheckConnectRedis(t *testing.T) {
 		}},
 		{"CONFIG refused", env(noConfig.URL()), true, []line{
 			{"FAILED", "redis eviction", []string{"refuses CONFIG GET", "FENCE_REDIS_EVICTION=warn", "unknown command"}},
-			{"warning", "redis persistence", []string{"refuses CONFIG GET", "FENCE_REDIS_PERSISTENCE=off"}},
+			{"warning", "redis persistence", []string{"refuses CONFIG GET", "FENCE_REDIS_PERSISTENCE=off", "'appendonly'"}},
+		}},
+		{"CONFIG refused, settings stated", env(noConfig.URL(), "FENCE_REDIS_PERSISTENCE", "refuse",
+			"FENCE_REDIS_SETTINGS", "maxmemory-policy=noeviction,appendonly=yes,appendfsync=always"), false, []line{
+			{"ok", "redis eviction", []string{"maxmemory-policy noeviction cannot evict marks (as FENCE_REDIS_SETTINGS states it"}},
+			{"ok", "redis persistence", []string{"appendfsync always", "(as FENCE_REDIS_SETTINGS states it"}},
+		}},
+		{"readable, stated otherwise", env(safe.URL(), "FENCE_REDIS_SETTINGS", "appendonly=yes,appendfsync=everysec"), false, []line{
+			{"ok", "redis persistence", []string{"appendfsync always"}},
+			{"warning", "redis stated settings", []string{"appendfsync stated everysec, read always"}},
 		}},
 		{"redis down", env("redis://" + freePort(t) + "/0"), true, []line{
 			{"FAILED", "store", []string{"does not answer PING", "connection refused"}},
