@@ -2,8 +2,13 @@
 #
 # fenceproxy container image.
 #
-#   docker build -t fenceproxy:dev .
-#   docker build --build-arg VERSION=v1.2.3 -t registry.example.com/fenceproxy:v1.2.3 .
+#   make image                       # fenceproxy:$(cat VERSION), e.g. fenceproxy:v0.3.0
+#   make image IMAGE=registry.example.com/fenceproxy
+#   docker build --build-arg VERSION=$(cat VERSION) -t fenceproxy:$(cat VERSION) .
+#
+# VERSION (the repository's VERSION file, through make) is what `fenceproxy
+# version` prints and the tag of the image: one string for both. Without the
+# build ARG the binary says "dev".
 #
 # The build stage runs `make build`, the target CI builds the binary with
 # (CGO_ENABLED=0, -trimpath, -ldflags '-s -w -X main.version=...'), so the

@@ -1,13 +1,25 @@
 # fenceproxy developer targets. `make test` is the README's test command and
 # what CI runs (.ci/run).
 GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The one version string: the VERSION file holds the release (v0.3.0), which
+# is the git tag, the Go module version (go get .../client@v0.3.0), what
+# `fenceproxy version` prints, and the image tag. CHANGELOG.md's newest entry
+# names it too (cmd/fenceproxy/version_test.go keeps them equal).
+VERSION ?= $(shell cat VERSION)
 LDFLAGS := -s -w -X main.version=$(VERSION)
+# The image `make image` builds: $(IMAGE):$(VERSION).
+IMAGE   ?= fenceproxy
 
-.PHONY: build run test test-short test-deploy faults faults-long faults-test fuzz bench bench-quick redis-server etcd vet
+.PHONY: build image version run test test-short test-deploy faults faults-long faults-test fuzz bench bench-quick redis-server etcd vet
 
 build: ## static binary, built exactly as the container image builds it
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/fenceproxy ./cmd/fenceproxy
+
+image: ## the container image, tagged with VERSION (docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+
+version: ## print the version the build stamps into the binary and the image tag
+	@echo $(VERSION)
 
 run: ## fenceproxy on the embedded store in front of http://127.0.0.1:3000
 	FENCE_UPSTREAM_URL=$${FENCE_UPSTREAM_URL:-http://127.0.0.1:3000} $(GO) run ./cmd/fenceproxy

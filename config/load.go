@@ -33,6 +33,7 @@ type rawEnv struct {
 	StoreTimeout    string `env:"FENCE_STORE_TIMEOUT" envDefault:"500ms" help:"bound on one admission; past it the request gets 503"`
 	ShutdownTimeout string `env:"FENCE_SHUTDOWN_TIMEOUT" envDefault:"25s" help:"bound on draining in-flight requests at SIGTERM (below the pod's terminationGracePeriodSeconds)"`
 	LogLevel        string `env:"FENCE_LOG_LEVEL" envDefault:"info" help:"zap level; logs are JSON lines on stderr"`
+	ReadyRequires   string `env:"FENCE_READY_REQUIRES_STORE" envDefault:"false" help:"true: /readyz fails while the store is down, unsafe or lost (false: only fenced requests get 503; reads keep flowing)"`
 	AdminPprof      string `env:"FENCE_ADMIN_PPROF" envDefault:"false" help:"serve net/http/pprof under /debug/pprof/ on the admin port"`
 	BodyTimeout     string `env:"FENCE_BODY_TIMEOUT" envDefault:"60s" help:"bound on the client's sending of one request body (waiting at the drain barrier does not count)"`
 	UpstreamTimeout string `env:"FENCE_UPSTREAM_TIMEOUT" envDefault:"30s" help:"bound on an admitted request from admission to the end of its response (also the drain barrier's in-flight deadline)"`
@@ -64,6 +65,7 @@ type rawEnv struct {
 	WaitTimeout   string `env:"FENCE_REDIS_WAIT_TIMEOUT" envDefault:"100ms" help:"bound on that acknowledgement"`
 	Eviction      string `env:"FENCE_REDIS_EVICTION" envDefault:"refuse" help:"when Redis could evict marks (maxmemory-policy): refuse, warn or off"`
 	Persistence   string `env:"FENCE_REDIS_PERSISTENCE" envDefault:"warn" help:"when Redis does not fsync every write: warn, refuse or off"`
+	Settings      string `env:"FENCE_REDIS_SETTINGS" shown:"(unset: read with CONFIG GET)" help:"Redis settings as you state them, for a server that refuses CONFIG GET: e.g. maxmemory-policy=noeviction,appendonly=yes,appendfsync=always"`
 }
 
 // Environ turns kv, as os.Environ returns it ("KEY=value" entries), into the
@@ -182,6 +184,11 @@ func load(environ map[string]string, authz bool) (*Config, error) {
 	} else {
 		c.TokenLeeway = d
 	}
+	if b, err := strconv.ParseBool(raw.ReadyRequires); err != nil {
+		bad("FENCE_READY_REQUIRES_STORE", "%q is not a boolean (true or false)", raw.ReadyRequires)
+	} else {
+		c.ReadyRequiresStore = b
+	}
 	if b, err := strconv.ParseBool(raw.AdminPprof); err != nil {
 		bad("FENCE_ADMIN_PPROF", "%q is not a boolean (true or false)", raw.AdminPprof)
 	} else {
@@ -230,6 +237,10 @@ func load(environ map[string]string, authz bool) (*Config, error) {
 		c.Redis.Persistence = p
 	default:
 		bad("FENCE_REDIS_PERSISTENCE", "%q must be warn, refuse or off", raw.Persistence)
+	}
+	c.Redis.Settings = parseRedisSettings(raw.Settings, bad)
+	if c.Redis.Settings.Stated() && c.Store != StoreRedis {
+		bad("FENCE_REDIS_SETTINGS", "set, but the store is not Redis")
 	}
 	if raw.TLSCAFile != "" {
 		if err := checkCAFile(raw.TLSCAFile); err != nil {
@@ -317,6 +328,17 @@ func parseUpstream(raw string, bad func(variable, format string, args ...any)) *
 	const name = "FENCE_UPSTREAM_URL"
 	if raw == "" {
 		bad(name, "required (the protected service, e.g. http://127.0.0.1:3000)")
+		return nil
+	}
+	if !strings.Contains(raw, "://") {
+		// "127.0.0.1:3000" parses as a scheme and an opaque part, or not at
+		// all ("first path segment in URL cannot contain colon"): neither
+		// message says what is missing.
+		if strings.Contains(raw, "@") {
+			bad(name, "%s needs a scheme: http:// or https:// before the host", shown(raw))
+		} else {
+			bad(name, "needs a scheme: http://%s", raw)
+		}
 		return nil
 	}
 	u, err := url.Parse(raw)

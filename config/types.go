@@ -36,14 +36,18 @@ type Config struct {
 	ShutdownTimeout time.Duration // FENCE_SHUTDOWN_TIMEOUT (> 0): bound on draining at SIGTERM
 	LogLevel        zapcore.Level // FENCE_LOG_LEVEL
 	AdminPprof      bool          // FENCE_ADMIN_PPROF: serve net/http/pprof on the admin port
-	BodyTimeout     time.Duration // FENCE_BODY_TIMEOUT (> 0): bound on reading one request body from the client
-	UpstreamTimeout time.Duration // FENCE_UPSTREAM_TIMEOUT (> 0): bound on a fenced request from admission to the end of its response
-	Drain           bool          // FENCE_DRAIN (on): the drain barrier, for every fenced route without drain: false
-	MarkCache       int           // FENCE_MARK_CACHE (>= 0): resources whose greatest seen mark a replica remembers, to heal a store that lost it
-	StoreInitAuto   bool          // FENCE_STORE_INIT=auto: the first replica on a store with no marks and no identity record writes one
-	DrainTimeout    time.Duration // FENCE_DRAIN_TIMEOUT: bound on one wait at the barrier; 0 (unset) waits until the older requests end or reach their deadlines
-	TokenKeysFile   string        // FENCE_TOKEN_KEYS_FILE: a JWK Set; set, every fenced request's token is a JWS of its keys ("" = plain tokens). Read by the caller, not by Load.
-	TokenLeeway     time.Duration // FENCE_TOKEN_LEEWAY (0s-1h): clock skew allowed for a signed token's exp and nbf
+	// ReadyRequiresStore (FENCE_READY_REQUIRES_STORE): /readyz fails while
+	// the store is not ok. False by default: the store's trouble refuses
+	// fenced requests only, and the replica stays in its Service.
+	ReadyRequiresStore bool
+	BodyTimeout        time.Duration // FENCE_BODY_TIMEOUT (> 0): bound on reading one request body from the client
+	UpstreamTimeout    time.Duration // FENCE_UPSTREAM_TIMEOUT (> 0): bound on a fenced request from admission to the end of its response
+	Drain              bool          // FENCE_DRAIN (on): the drain barrier, for every fenced route without drain: false
+	MarkCache          int           // FENCE_MARK_CACHE (>= 0): resources whose greatest seen mark a replica remembers, to heal a store that lost it
+	StoreInitAuto      bool          // FENCE_STORE_INIT=auto: the first replica on a store with no marks and no identity record writes one
+	DrainTimeout       time.Duration // FENCE_DRAIN_TIMEOUT: bound on one wait at the barrier; 0 (unset) waits until the older requests end or reach their deadlines
+	TokenKeysFile      string        // FENCE_TOKEN_KEYS_FILE: a JWK Set; set, every fenced request's token is a JWS of its keys ("" = plain tokens). Read by the caller, not by Load.
+	TokenLeeway        time.Duration // FENCE_TOKEN_LEEWAY (0s-1h): clock skew allowed for a signed token's exp and nbf
 	// MethodOverrideHeaders (FENCE_METHOD_OVERRIDE_HEADERS) are request
 	// headers read as the method besides the three every framework knows,
 	// in canonical form; nil: none.
@@ -92,6 +96,7 @@ type Redis struct {
 	WaitTimeout   time.Duration // FENCE_REDIS_WAIT_TIMEOUT (> 0)
 	Eviction      Eviction      // FENCE_REDIS_EVICTION
 	Persistence   Persistence   // FENCE_REDIS_PERSISTENCE
+	Settings      RedisSettings // FENCE_REDIS_SETTINGS: as the operator states them, for a server that refuses CONFIG GET
 }
 
 // Eviction says what to do when Redis could evict marks (maxmemory-policy).

@@ -85,7 +85,7 @@ var monParser = parser.NewParser(parser.Options{})
 
 // monAlerts are the alerts the rules must define.
 var monAlerts = []string{
-	"FenceStoreUnavailable", "FenceStoreLost", "FenceMarkRegressions", "FenceStaleSpike",
+	"FenceStoreUnavailable", "FenceStoreDown", "FenceStoreUnsafe", "FenceStoreLost", "FenceMarkRegressions", "FenceStaleSpike",
 	"FenceDrainTimeouts", "FenceConfigReloadFailed", "FenceUpstreamErrors",
 }
 
@@ -223,7 +223,7 @@ func TestRuleChecksCanFail(t *testing.T) {
 		{"experimental function", "fenceproxy_store_lost == 1", "sort_by_label(fenceproxy_store_lost, \"instance\") == 1", "is not enabled"},
 		{"unknown field", "        for: 1m\n", "        for: 1m\n        fro: 1m\n", "field fro not found"},
 		{"no for", "        for: 1m\n", "", "no `for`"},
-		{"no severity", "          severity: critical\n        annotations:\n          summary: \"fenceproxy {{ $labels.instance }}: the mark", "          tier: one\n        annotations:\n          summary: \"fenceproxy {{ $labels.instance }}: the mark", "FenceStoreLost: severity"},
+		{"no severity", "          severity: critical\n        annotations:\n          summary: \"fenceproxy {{ $labels.instance }}: the mark", "          tier: one\n        annotations:\n          summary: \"fenceproxy {{ $labels.instance }}: the mark", "FenceStoreDown: severity"},
 		{"runbook elsewhere", "runbook: docs/operations.md#fencestorelost", "runbook: https://example.com/fencestorelost", "is not docs/operations.md"},
 		{"runbook to no heading", "runbook: docs/operations.md#fencestorelost", "runbook: docs/operations.md#fencestorelots", "no heading with the anchor"},
 		{"alert renamed", "alert: FenceDrainTimeouts", "alert: FenceDrainTimeout", "FenceDrainTimeouts: not defined"},
@@ -451,6 +451,33 @@ var monAlertCases = []monAlertCase{
 			monLine(monReq, "unavailable", "0x30"),
 			monLine(monReq, "unfenced", "0+600x30"))},
 
+	// FenceStoreDown: fenceproxy_store_up, one sample a minute.
+	{name: "store down from minute 5", alert: "FenceStoreDown",
+		series: monSeries(
+			`fenceproxy_store_up{job="app", instance="p1:9090"} 1x5 0x25`,
+			`fenceproxy_store_up{job="app", instance="p2:9090"} 1x30`),
+		quietAt: []time.Duration{6 * monMin}, fireAt: []time.Duration{8 * monMin, 30 * monMin},
+		labels: map[string]string{"instance": "p1:9090", "job": "app", "severity": "critical"}},
+	{name: "a one-minute failover", alert: "FenceStoreDown", never: true,
+		series: monSeries(`fenceproxy_store_up{job="app", instance="p1:9090"} 1x5 0x1 1x24`)},
+	{name: "store up", alert: "FenceStoreDown", never: true,
+		series: monSeries(`fenceproxy_store_up{job="app", instance="p1:9090"} 1x30`)},
+
+	// FenceStoreUnsafe: fenceproxy_store_state, every state a series.
+	{name: "an evicting policy from minute 5", alert: "FenceStoreUnsafe",
+		series: monSeries(
+			`fenceproxy_store_state{job="app", instance="p1:9090", state="ok"} 1x5 0x25`,
+			`fenceproxy_store_state{job="app", instance="p1:9090", state="unsafe"} 0x5 1x25`,
+			`fenceproxy_store_state{job="app", instance="p1:9090", state="down"} 0x30`),
+		quietAt: []time.Duration{8 * monMin}, fireAt: []time.Duration{11 * monMin, 30 * monMin},
+		labels: map[string]string{"instance": "p1:9090", "state": "unsafe", "severity": "critical"}},
+	{name: "store down, not unsafe", alert: "FenceStoreUnsafe", never: true,
+		series: monSeries(
+			`fenceproxy_store_state{job="app", instance="p1:9090", state="unsafe"} 0x30`,
+			`fenceproxy_store_state{job="app", instance="p1:9090", state="down"} 1x30`)},
+	{name: "fixed within two minutes", alert: "FenceStoreUnsafe", never: true,
+		series: monSeries(`fenceproxy_store_state{job="app", instance="p1:9090", state="unsafe"} 0x5 1x2 0x23`)},
+
 	// FenceStoreLost
 	{name: "identity record lost at minute 5", alert: "FenceStoreLost",
 		series:  monSeries(`fenceproxy_store_lost{job="app", instance="p1:9090"} 0x5 1x25`),
@@ -608,6 +635,11 @@ func TestAlertCasesCanFail(t *testing.T) {
 		{name: "store lost misspelled", alert: "FenceStoreLost",
 			edit:        func(e string) string { return strings.Replace(e, "fenceproxy_store_lost", "fenceproxy_store_lots", 1) },
 			wantFailing: []string{"identity record lost at minute 5"}},
+		{name: "store down without for", alert: "FenceStoreDown", forTo: new(model.Duration),
+			wantFailing: []string{"a one-minute failover"}},
+		{name: "store unsafe on the wrong state", alert: "FenceStoreUnsafe",
+			edit:        func(e string) string { return strings.Replace(e, `state="unsafe"`, `state="down"`, 1) },
+			wantFailing: []string{"an evicting policy from minute 5", "store down, not unsafe"}},
 		{name: "reload alert without for", alert: "FenceConfigReloadFailed", forTo: new(model.Duration),
 			wantFailing: []string{"an invalid file fixed two minutes later"}},
 		{name: "reload alert that never forgets a failure", alert: "FenceConfigReloadFailed",

@@ -14,18 +14,27 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
-// ReadinessCheck is one more condition of /readyz besides the store
-// answering (for example: Redis could evict marks). A non-nil error makes the
-// proxy not ready; the error's text is the answer's body.
+// ReadinessCheck is one more condition of the store's health besides its
+// answering (for example: Redis could evict marks). A non-nil error makes
+// the store's state unsafe (lost if it wraps fencestore.ErrStoreLost), shown
+// on the status page and in the metrics; with ReadyRequiresStore it also
+// makes the proxy not ready, the error's text being the answer's body.
 type ReadinessCheck func(ctx context.Context) error
 
 // AdminOptions configure the admin handler.
 type AdminOptions struct {
 	Store   fencestore.Store
-	Timeout time.Duration // bound on one readiness probe of the store; if zero, 500ms
+	Timeout time.Duration // bound on one look at the store (a ping, a check); if zero, 500ms
 	Metrics *Metrics
 	Checks  []ReadinessCheck
-	Logger  *zap.Logger // if nil, nothing is logged
+	// ReadyRequiresStore makes /readyz answer 503 while the store is not
+	// ok (down, unsafe or lost). Off by default: a store's trouble then
+	// refuses only fenced requests (503), and the replica stays in its
+	// Service for the requests that need no store, reads above all.
+	ReadyRequiresStore bool
+	// StoreEvery is how often WatchStore looks at the store; if zero, 5s.
+	StoreEvery time.Duration
+	Logger     *zap.Logger // if nil, nothing is logged
 	// Pprof serves the runtime profiles under /debug/pprof/. Off by default:
 	// profiles reveal internals and cost CPU while taken.
 	Pprof bool
@@ -45,6 +54,7 @@ type Admin struct {
 	http.Handler
 	draining atomic.Bool
 	status   *statusPage
+	health   *storeHealth
 }
 
 // NewAdmin builds the admin handler.
@@ -55,7 +65,10 @@ func NewAdmin(o AdminOptions) *Admin {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	a := &Admin{}
+	if o.StoreEvery <= 0 {
+		o.StoreEvery = defaultStoreEvery
+	}
+	a := &Admin{health: &storeHealth{o: o}}
 	mux := chi.NewMux()
 	mux.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusOK, "ok")
@@ -65,23 +78,24 @@ func NewAdmin(o AdminOptions) *Admin {
 			plain(w, http.StatusServiceUnavailable, "draining: shutting down")
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), o.Timeout)
-		defer cancel()
-		if err := o.Store.Ping(ctx); err != nil {
-			o.Logger.Warn("not ready", zap.Error(err))
-			plain(w, http.StatusServiceUnavailable, "fence store: "+err.Error())
-			return
-		}
-		for _, check := range o.Checks {
-			if err := check(ctx); err != nil {
-				o.Logger.Warn("not ready", zap.Error(err))
-				plain(w, http.StatusServiceUnavailable, err.Error())
+		if !o.ReadyRequiresStore {
+			// The last look (WatchStore's), not a new one: a probe every
+			// few seconds from the kubelet need not ping the store too.
+			if st := a.health.lastLook(); st.State != "" && st.State != StoreOK {
+				plain(w, http.StatusOK, "ready; the fence store is "+string(st.State)+
+					": fenced requests get 503 until it is ok, unfenced requests flow (FENCE_READY_REQUIRES_STORE=false)")
 				return
 			}
+			plain(w, http.StatusOK, "ready")
+			return
+		}
+		if st := a.health.look(r.Context()); st.State != StoreOK {
+			plain(w, http.StatusServiceUnavailable, st.reason())
+			return
 		}
 		plain(w, http.StatusOK, "ready")
 	})
-	a.status = newStatusPage(o, &a.draining)
+	a.status = newStatusPage(o, &a.draining, a.health)
 	mux.Get("/", a.status.serveHTML) // exactly "/": other paths stay 404
 	mux.Get("/status.json", a.status.serveJSON)
 	if o.Metrics != nil {

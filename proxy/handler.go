@@ -209,6 +209,7 @@ func (p *Proxy) SetRoutes(rs config.Routes) error {
 		r.drain = r.drain && !p.noDrain
 	}
 	p.table.Store(rt)
+	p.metrics.setModes(rt)
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -82,9 +84,16 @@ type Metrics struct {
 	upstreamClass  *prometheus.CounterVec
 	storeBatch     prometheus.Histogram
 	storeRoundTrip prometheus.Histogram
+	// The store's health as the admin's last look found it (storehealth.go).
+	storeUp    prometheus.Gauge
+	storeState *prometheus.GaugeVec
 	// What the status page shows beyond the counters (recent.go).
 	recent    recentRefusals
 	contested contestedResources
+	// modes is each route in force by name, true when it is a dry run
+	// (enforce: false): the status page's mode column follows the table in
+	// force, not the would_ series a route once had.
+	modes atomic.Pointer[map[string]bool]
 }
 
 // NewMetrics registers fenceproxy's collectors, plus the Go runtime and
@@ -150,8 +159,19 @@ func NewMetrics() *Metrics {
 		Help:    "Time of one round trip to the store that carried admissions or releases (not the wait in the queue before it).",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	})
+	m.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fenceproxy_store_up",
+		Help: "1 when the store answered the last look (a ping every few seconds), else 0. Reads flow either way; fenced requests get 503 while it is 0.",
+	})
+	m.storeState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fenceproxy_store_state",
+		Help: "1 for the store's state at the last look, 0 for the others: ok (fenced requests are admitted), down (it does not answer), unsafe (it answers but is refused: settings that can lose marks, identity not read), lost (its identity record is gone). Only ok admits.",
+	}, []string{"state"})
+	for _, s := range storeStates {
+		m.storeState.WithLabelValues(string(s)) // every state visible at 0 from the start
+	}
 	m.Registry.MustRegister(m.requests, m.admission, m.upstreamErrors, m.drainWait, m.drain, m.regressions,
-		m.clientGone, m.inFlight, m.upstreamTime, m.upstreamClass, m.storeBatch, m.storeRoundTrip,
+		m.clientGone, m.inFlight, m.upstreamTime, m.upstreamClass, m.storeBatch, m.storeRoundTrip, m.storeUp, m.storeState,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -161,6 +181,26 @@ func NewMetrics() *Metrics {
 func (m *Metrics) ObserveRoundTrip(rt fencestore.RoundTrip) {
 	m.storeBatch.Observe(float64(rt.Admissions + rt.Releases))
 	m.storeRoundTrip.Observe(rt.Duration.Seconds())
+}
+
+// setModes records the modes of the routes of rt, the table now in force.
+func (m *Metrics) setModes(rt *router) {
+	modes := make(map[string]bool)
+	for _, r := range rt.all() {
+		modes[r.name] = r.dryRun
+	}
+	m.modes.Store(&modes)
+}
+
+// mode reports whether route is in the table in force, and whether it is
+// a dry run there.
+func (m *Metrics) mode(route string) (dryRun, inForce bool) {
+	modes := m.modes.Load()
+	if modes == nil {
+		return false, false
+	}
+	dryRun, inForce = (*modes)[route]
+	return dryRun, inForce
 }
 
 // routeMetrics are one route's collectors, resolved once at start so the hot

@@ -6,11 +6,8 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"html/template"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,9 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
-
-	"github.com/fenceproxy/fenceproxy/config"
-	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
 // The status page of the admin port: GET / renders it for a person
@@ -64,17 +58,23 @@ type statusReport struct {
 	Config    []ConfigItem `json:"config"`
 }
 
-// storeStatus is the store's health as /readyz sees it, every check run.
+// storeStatus is the store's health, every check run, and what /readyz
+// answers.
 type storeStatus struct {
-	Kind      string `json:"kind"`            // redis, bolt, etcd or memory
-	Answering bool   `json:"answering"`       // the store answered a ping within the admin's timeout
-	Error     string `json:"error,omitempty"` // the ping's error when it did not
-	// Lost: a readiness check says the store lost its identity record
+	Kind string `json:"kind"` // redis, bolt, etcd or memory
+	// State: ok, down, unsafe or lost (StoreState); only ok admits.
+	State     StoreState `json:"state"`
+	Answering bool       `json:"answering"`       // the store answered a ping within the admin's timeout
+	Error     string     `json:"error,omitempty"` // the ping's error when it did not
+	// Lost: a check says the store lost its identity record
 	// (fencestore.ErrStoreLost): every fenced request gets 503 store-lost.
-	Lost     bool          `json:"lost"`
-	Draining bool          `json:"draining"`
-	Ready    bool          `json:"ready"`  // what /readyz answers: 200 exactly when true
-	Checks   []checkResult `json:"checks"` // the other readiness checks, in order
+	Lost     bool `json:"lost"`
+	Draining bool `json:"draining"`
+	// ReadyRequiresStore: FENCE_READY_REQUIRES_STORE=true, /readyz fails
+	// while the state is not ok.
+	ReadyRequiresStore bool          `json:"readyRequiresStore"`
+	Ready              bool          `json:"ready"`  // what /readyz answers: 200 exactly when true
+	Checks             []checkResult `json:"checks"` // the store's other checks, in order
 }
 
 type checkResult struct {
@@ -92,8 +92,11 @@ type rateTable struct {
 }
 
 type routeRate struct {
-	Route     string         `json:"route"`
-	DryRun    bool           `json:"dryRun"` // enforce: false (it counts would_ decisions)
+	Route  string `json:"route"`
+	DryRun bool   `json:"dryRun"` // enforce: false in the table in force (it counts would_ decisions)
+	// InForce: the route is in the table in force (false: a reload removed
+	// it; its counts stay until the process ends).
+	InForce   bool           `json:"inForce"`
 	PerSecond float64        `json:"perSecond"`
 	Total     uint64         `json:"total"`
 	Decisions []decisionRate `json:"decisions"`
@@ -109,6 +112,7 @@ type decisionRate struct {
 type statusPage struct {
 	o        AdminOptions
 	draining *atomic.Bool
+	health   *storeHealth
 	started  time.Time
 	rates    *rateSampler // nil without Metrics
 }
@@ -124,8 +128,8 @@ const (
 	contestedShown = 20
 )
 
-func newStatusPage(o AdminOptions, draining *atomic.Bool) *statusPage {
-	s := &statusPage{o: o, draining: draining, started: time.Now()}
+func newStatusPage(o AdminOptions, draining *atomic.Bool, health *storeHealth) *statusPage {
+	s := &statusPage{o: o, draining: draining, health: health, started: time.Now()}
 	if o.Metrics != nil {
 		s.rates = &rateSampler{read: o.Metrics.requestCounts, now: time.Now, every: rateEvery, window: rateWindow}
 	}
@@ -200,7 +204,8 @@ func (s *statusPage) report(ctx context.Context) statusReport {
 	if m := s.o.Metrics; m != nil {
 		rep.Refusals = m.RecentRefusals()
 		rep.Contested = m.MostContested(contestedShown)
-		rep.Rates = buildRates(s.rates.observe())
+		now, base := s.rates.observe()
+		rep.Rates = buildRates(now, base, m.mode)
 	}
 	if s.o.Config != nil {
 		rep.Config = append(rep.Config, s.o.Config()...)
@@ -208,37 +213,12 @@ func (s *statusPage) report(ctx context.Context) statusReport {
 	return rep
 }
 
-// storeStatus runs what /readyz runs, each with the admin's timeout of its
-// own, and all of them: /readyz stops at the first failure, the page shows
-// every one.
+// storeStatus is a new look at the store, and what /readyz answers with it.
 func (s *statusPage) storeStatus(ctx context.Context) storeStatus {
-	st := storeStatus{Kind: s.o.StoreKind, Draining: s.draining.Load(), Checks: []checkResult{}}
-	if st.Kind == "" {
-		st.Kind = "unknown"
-	}
-	probe := func(f func(context.Context) error) error {
-		ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-		defer cancel()
-		return f(ctx)
-	}
-	st.Ready = !st.Draining
-	if err := probe(s.o.Store.Ping); err != nil {
-		st.Error, st.Ready = "fence store: "+err.Error(), false
-	} else {
-		st.Answering = true
-	}
-	for _, check := range s.o.Checks {
-		err := probe(check)
-		if err == nil {
-			st.Checks = append(st.Checks, checkResult{OK: true})
-			continue
-		}
-		st.Checks = append(st.Checks, checkResult{Error: err.Error()})
-		st.Ready = false
-		if errors.Is(err, fencestore.ErrStoreLost) {
-			st.Lost = true
-		}
-	}
+	st := s.health.look(ctx)
+	st.Draining = s.draining.Load()
+	st.ReadyRequiresStore = s.o.ReadyRequiresStore
+	st.Ready = !st.Draining && (st.State == StoreOK || !s.o.ReadyRequiresStore)
 	return st
 }
 
@@ -317,8 +297,11 @@ func decisionOrder(name string) int {
 
 // buildRates turns a reading and its base into the table: one row per
 // route; a column for admitted and stale always, would_stale when a route
-// is dry-run, and any other decision counted at least once.
-func buildRates(now countReading, base *countReading) rateTable {
+// is dry-run, and any other decision counted at least once. mode says
+// whether a route is a dry run in the table in force (nil: none is): a
+// route switched to enforcing keeps its would_ series, at 0 or not, and is
+// enforcing all the same.
+func buildRates(now countReading, base *countReading, mode func(route string) (dryRun, inForce bool)) rateTable {
 	var span time.Duration
 	if base != nil {
 		span = now.at.Sub(base.at)
@@ -333,8 +316,10 @@ func buildRates(now countReading, base *countReading) rateTable {
 			row = &routeRate{Route: k.route}
 			rows[k.route] = row
 		}
-		if strings.HasPrefix(k.decision, "would_") {
-			row.DryRun = true
+		if mode != nil {
+			row.DryRun, row.InForce = mode(k.route)
+		}
+		if row.DryRun {
 			columns[decStale.would().String()] = true
 		}
 		if v > 0 {
@@ -385,142 +370,4 @@ func roundAge(d time.Duration) string {
 	default:
 		return d.Truncate(time.Minute).String()
 	}
-}
-
-// StatusConfig describes cfg for the status page: every setting that
-// decides what the proxy does, with its secrets redacted (a URL's password
-// as url.URL.Redacted writes it, a password variable as "(set)"). routes
-// is the route table in force (a reload replaces the one in cfg), kids the
-// key ids of the signing keys in force, version the build's.
-func StatusConfig(cfg *config.Config, routes config.Routes, kids []string, version string) []ConfigItem {
-	var items []ConfigItem
-	add := func(name, value string) { items = append(items, ConfigItem{Name: name, Value: value}) }
-	or := func(v, unset string) string { return cmp.Or(v, "(unset: "+unset+")") }
-	add("version", version)
-	if cfg.Authz.Mode {
-		add("mode", "authz: answers the fencing decision for a proxy in front; forwards nothing")
-		add("FENCE_AUTHZ_PATH_PREFIX", or(cfg.Authz.PathPrefix, "nothing removed"))
-		add("FENCE_AUTHZ_GRPC_ADDR", or(cfg.Authz.GRPCAddr, "gRPC off"))
-	} else {
-		add("mode", "reverse proxy")
-		if cfg.UpstreamURL != nil {
-			add("FENCE_UPSTREAM_URL", cfg.UpstreamURL.Redacted())
-		}
-	}
-	add("FENCE_LISTEN_ADDR", cfg.ListenAddr)
-	add("FENCE_ADMIN_ADDR", cfg.AdminAddr)
-	if cfg.Store == config.StoreMemory {
-		add("FENCE_STORE", "memory: marks live in this process only and vanish on restart (tests and demos only)")
-	} else {
-		add("FENCE_STORE", string(cfg.Store))
-	}
-	switch cfg.Store {
-	case config.StoreBolt:
-		add("FENCE_BOLT_PATH", cfg.BoltPath)
-	case config.StoreRedis:
-		r := cfg.Redis
-		switch {
-		case r.URL != "":
-			add("FENCE_REDIS_URL", redactURL(r.URL))
-		case len(r.SentinelAddrs) > 0:
-			add("FENCE_REDIS_SENTINEL_ADDRS", strings.Join(r.SentinelAddrs, ", "))
-			add("FENCE_REDIS_MASTER_NAME", r.MasterName)
-		default:
-			add("FENCE_REDIS_CLUSTER_ADDRS", strings.Join(r.ClusterAddrs, ", "))
-		}
-		if r.URL == "" {
-			add("FENCE_REDIS_USERNAME", or(r.Username, "none"))
-			add("FENCE_REDIS_PASSWORD", secret(r.Password))
-		}
-		add("FENCE_REDIS_TLS_CA_FILE", or(r.TLSCAFile, "system roots when TLS is on"))
-		add("FENCE_REDIS_MIN_REPLICAS", strconv.Itoa(r.MinReplicas))
-		add("FENCE_REDIS_WAIT_TIMEOUT", r.WaitTimeout.String())
-		add("FENCE_REDIS_EVICTION", string(r.Eviction))
-		add("FENCE_REDIS_PERSISTENCE", string(r.Persistence))
-	case config.StoreEtcd:
-		e := cfg.Etcd
-		eps := make([]string, len(e.Endpoints))
-		for i, ep := range e.Endpoints {
-			eps[i] = redactURL(ep)
-		}
-		add("FENCE_ETCD_ENDPOINTS", strings.Join(eps, ", "))
-		add("FENCE_ETCD_USERNAME", or(e.Username, "no authentication"))
-		add("FENCE_ETCD_PASSWORD", secret(e.Password))
-		add("FENCE_ETCD_TLS_CA_FILE", or(e.CAFile, "system roots when TLS is on"))
-		add("FENCE_ETCD_TLS_CERT_FILE", or(e.CertFile, "no client certificate"))
-	}
-	add("FENCE_KEY_PREFIX", cfg.KeyPrefix)
-	add("FENCE_STORE_INIT", map[bool]string{true: "auto", false: "manual"}[cfg.StoreInitAuto])
-	add("FENCE_STORE_TIMEOUT", cfg.StoreTimeout.String())
-	add("FENCE_MARK_CACHE", map[bool]string{true: strconv.Itoa(cfg.MarkCache), false: "0 (off)"}[cfg.MarkCache > 0])
-	add("FENCE_TOKEN_HEADER", cfg.TokenHeader)
-	add("FENCE_SEQUENCE_HEADER", cfg.SequenceHeader)
-	if cfg.TokenKeysFile == "" {
-		add("FENCE_TOKEN_KEYS_FILE", "(unset: plain decimal tokens, not signed)")
-	} else {
-		add("FENCE_TOKEN_KEYS_FILE", cfg.TokenKeysFile+": signed tokens required; key ids in force: "+strings.Join(kids, ", "))
-		add("FENCE_TOKEN_LEEWAY", cfg.TokenLeeway.String())
-	}
-	noDrain := cfg.Authz.Mode || !cfg.Drain
-	if !cfg.Authz.Mode {
-		add("FENCE_DRAIN", map[bool]string{true: "off", false: "on"}[noDrain])
-		add("FENCE_DRAIN_TIMEOUT", map[bool]string{true: cfg.DrainTimeout.String(),
-			false: "(unset: wait until older requests end or reach their deadlines)"}[cfg.DrainTimeout > 0])
-		add("FENCE_UPSTREAM_TIMEOUT", cfg.UpstreamTimeout.String())
-		add("FENCE_BODY_TIMEOUT", cfg.BodyTimeout.String())
-	}
-	add("FENCE_SHUTDOWN_TIMEOUT", cfg.ShutdownTimeout.String())
-	add("FENCE_LOG_LEVEL", cfg.LogLevel.String())
-	add("FENCE_ADMIN_PPROF", strconv.FormatBool(cfg.AdminPprof))
-	add("FENCE_ROUTES_FILE", or(cfg.RoutesFile, "every fenced write shares the one resource \"default\""))
-	for _, r := range routes.Routes {
-		add("route "+r.Name, routeSummary(r, r.Path, noDrain))
-	}
-	add("default rule", routeSummary(routes.Default, "any path no route matches", noDrain))
-	return items
-}
-
-// routeSummary is one rule in the words of `fenceproxy check`.
-func routeSummary(r config.Route, path string, noDrain bool) string {
-	methods := strings.Join(r.Methods, ",")
-	if r.CaseInsensitive {
-		path += " (case-insensitive)"
-	}
-	if !r.Fence {
-		return fmt.Sprintf("%s %s: not fenced", cmp.Or(methods, "any method"), path)
-	}
-	parts := []string{fmt.Sprintf("%s %s -> resource %s", methods, path, r.Resource.Raw), "compare " + string(r.Compare)}
-	if r.TokenOptional {
-		parts = append(parts, "token optional")
-	}
-	if r.Sequence != config.SequenceOff {
-		parts = append(parts, "sequence "+r.Sequence.String())
-	}
-	if r.NoDrain || noDrain {
-		parts = append(parts, "no drain")
-	}
-	if r.DryRun {
-		parts = append(parts, "dry run (enforce: false)")
-	}
-	return strings.Join(parts, "; ")
-}
-
-// redactURL is raw with its password replaced, as url.URL.Redacted does;
-// a raw that does not parse as a URL with a scheme is shown only if it has
-// no '@' (host:port), else as "(set)".
-func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Opaque == "" {
-		return u.Redacted()
-	}
-	if strings.Contains(raw, "@") {
-		return "(set)"
-	}
-	return raw
-}
-
-func secret(v string) string {
-	if v == "" {
-		return "(unset)"
-	}
-	return "(set)"
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -133,8 +134,10 @@ func TestStatusPageFromRealRequests(t *testing.T) {
 		t.Fatalf("/: %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
 	store := cellsOf(t, page, "store")
-	if store[0][1] != "memory" || store[1][1] != "yes" || store[2][1] != "no" || store[4][1] != "no" || store[5][1] != "yes" {
-		t.Errorf("store table %q", store)
+	for i, want := range []string{"memory", "ok: fenced requests are admitted", "yes", "no", "", "no", "yes "} {
+		if !strings.HasPrefix(store[i][1], want) {
+			t.Errorf("store table row %d %q, want %q first:\n%q", i, store[i][1], want, store)
+		}
 	}
 
 	rates := cellsOf(t, page, "rates")
@@ -184,6 +187,7 @@ func TestStatusPageFromRealRequests(t *testing.T) {
 	}{
 		{[]any{"store", "kind"}, "memory"},
 		{[]any{"store", "answering"}, true},
+		{[]any{"store", "state"}, "ok"},
 		{[]any{"store", "lost"}, false},
 		{[]any{"store", "ready"}, true},
 		{[]any{"rates", "windowSeconds"}, 20.0},
@@ -255,7 +259,9 @@ func TestStatusRatesWindow(t *testing.T) {
 	s := &rateSampler{now: clock.now, every: rateEvery, window: rateWindow, read: func() map[routeDecision]float64 {
 		return map[routeDecision]float64{{"r", "admitted"}: n, {"r", "would_stale"}: 0}
 	}}
-	tab := buildRates(s.observe())
+	dryRun := func(string) (bool, bool) { return true, true }
+	rates := func() rateTable { now, base := s.observe(); return buildRates(now, base, dryRun) }
+	tab := rates()
 	if tab.WindowSeconds != 0 || tab.Routes[0].Decisions[0].PerSecond != 0 {
 		t.Fatalf("first reading: %+v", tab)
 	}
@@ -263,7 +269,7 @@ func TestStatusRatesWindow(t *testing.T) {
 	for range 18 {
 		clock.t = clock.t.Add(5 * time.Second)
 		n += 10
-		tab = buildRates(s.observe())
+		tab = rates()
 	}
 	if len(s.readings) > int(rateWindow/rateEvery)+1 {
 		t.Errorf("%d readings kept, bound %d", len(s.readings), rateWindow/rateEvery+1)
@@ -278,7 +284,7 @@ func TestStatusRatesWindow(t *testing.T) {
 	// Idle for a minute: the rate falls to 0, the total stays.
 	for range 12 {
 		clock.t = clock.t.Add(5 * time.Second)
-		tab = buildRates(s.observe())
+		tab = rates()
 	}
 	if r := tab.Routes[0]; r.PerSecond != 0 || r.Total != 180 {
 		t.Errorf("after an idle minute: %+v", r)
@@ -317,49 +323,111 @@ func TestStatusSampleRatesStops(t *testing.T) {
 	}
 }
 
-// The store section says what /readyz says, and why: a store that does not
-// answer, a store lost (the identity check), a failing check, draining.
+// The store section says what state the store is in and why (a store that
+// does not answer, a store lost (the identity check), a failing check), and
+// what /readyz answers: by default ready whatever the store's state, with
+// ReadyRequiresStore only while it is ok; never while draining.
 func TestStatusStoreHealthAgreesWithReadyz(t *testing.T) {
-	var checkErr error
-	store := memstore.New()
-	a := NewAdmin(AdminOptions{Store: store, StoreKind: "redis", Checks: []ReadinessCheck{
-		func(context.Context) error { return nil },
-		func(context.Context) error { return checkErr },
-	}})
-	lost := &fencestore.LostError{Want: "id-1", Found: "id-2"}
-	tests := []struct {
-		name                     string
-		prepare                  func()
-		answering, isLost, ready bool
-		texts                    []string // in the page
-	}{
-		{"healthy", func() {}, true, false, true, []string{"all 2 pass"}},
-		{"failing check", func() { checkErr = errors.New("redis maxmemory-policy is allkeys-lru") }, true, false, false,
-			[]string{"allkeys-lru"}},
-		{"lost", func() { checkErr = lost }, true, true, false, []string{"identity changed from id-1 to id-2"}},
-		{"draining", func() { checkErr = nil; a.SetDraining() }, true, false, false, []string{"shutting down"}},
-		// /readyz stops at the store; the page shows every reason.
-		{"store closed, a check failing", func() { checkErr = errors.New("redis settings not checked yet"); _ = store.Close() },
-			false, false, false, []string{"fence store: ", "redis settings not checked yet"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tt.prepare()
-			j := statusJSON(t, a)
-			st := path(t, j, "store").(map[string]any)
-			if st["kind"] != "redis" || st["answering"] != tt.answering || st["lost"] != tt.isLost || st["ready"] != tt.ready {
-				t.Errorf("store %v", st)
+	for _, requires := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ReadyRequiresStore=%v", requires), func(t *testing.T) {
+			var checkErr error
+			store := memstore.New()
+			a := NewAdmin(AdminOptions{Store: store, StoreKind: "redis", ReadyRequiresStore: requires, Checks: []ReadinessCheck{
+				func(context.Context) error { return nil },
+				func(context.Context) error { return checkErr },
+			}})
+			lost := &fencestore.LostError{Want: "id-1", Found: "id-2"}
+			tests := []struct {
+				name              string
+				prepare           func()
+				state             StoreState
+				answering, isLost bool
+				draining          bool
+				texts             []string // in the page
+			}{
+				{"healthy", func() {}, StoreOK, true, false, false, []string{"all 2 pass"}},
+				{"failing check", func() { checkErr = errors.New("redis maxmemory-policy is allkeys-lru") }, StoreUnsafe, true, false, false,
+					[]string{"allkeys-lru", "unsafe"}},
+				{"lost", func() { checkErr = lost }, StoreLost, true, true, false, []string{"identity changed from id-1 to id-2"}},
+				{"store closed, a check failing", func() { checkErr = errors.New("redis settings not checked yet"); _ = store.Close() },
+					StoreDown, false, false, false, []string{"fence store: ", "redis settings not checked yet", "down"}},
+				{"draining", func() { a.SetDraining() }, StoreDown, false, false, true, []string{"shutting down"}},
 			}
-			if ready := serveAdmin(t, a, "GET", "/readyz").Code == 200; ready != tt.ready {
-				t.Errorf("/readyz ready=%v, status says %v", ready, tt.ready)
-			}
-			page := serveAdmin(t, a, "GET", "/").Body.String()
-			for _, text := range tt.texts {
-				if !strings.Contains(page, text) {
-					t.Errorf("page lacks %q", text)
-				}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					tt.prepare()
+					ready := !tt.draining && (tt.state == StoreOK || !requires)
+					j := statusJSON(t, a)
+					st := path(t, j, "store").(map[string]any)
+					if st["kind"] != "redis" || st["state"] != string(tt.state) || st["answering"] != tt.answering ||
+						st["lost"] != tt.isLost || st["ready"] != ready || st["readyRequiresStore"] != requires {
+						t.Errorf("store %v", st)
+					}
+					if got := serveAdmin(t, a, "GET", "/readyz").Code == 200; got != ready {
+						t.Errorf("/readyz ready=%v, status says %v", got, ready)
+					}
+					page := serveAdmin(t, a, "GET", "/").Body.String()
+					for _, text := range tt.texts {
+						if !strings.Contains(page, text) {
+							t.Errorf("page lacks %q", text)
+						}
+					}
+				})
 			}
 		})
+	}
+}
+
+// The mode column follows the table in force: a route switched from dry run
+// to enforcing keeps its would_ series (at 0, or with what it counted) and
+// shows as enforcing all the same; a route a reload removed shows as not in
+// force; a route switched to dry run shows as one before it counts anything.
+func TestStatusModeFollowsTheTableInForce(t *testing.T) {
+	up := newUpstream(t)
+	u, _ := url.Parse(up.URL)
+	m := NewMetrics()
+	p, err := New(Options{Upstream: u, Routes: mustRoutes(t, statusRoutes), Store: memstore.New(), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAdmin(AdminOptions{Store: memstore.New(), Metrics: m})
+	put := func(target, token string) {
+		r := httptest.NewRequest("PUT", target, nil)
+		r.Header.Set("Fencing-Token", token)
+		p.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	modes := func() map[string]string {
+		out := map[string]string{}
+		for _, row := range cellsOf(t, serveAdmin(t, a, "GET", "/").Body.String(), "rates")[1:] {
+			out[row[0]] = row[1]
+		}
+		return out
+	}
+	put("/trial/1", "7")
+	put("/trial/1", "6") // would_stale 1
+	if got := modes(); got["trial"] != "dry run" || got["orders"] != "enforcing" {
+		t.Fatalf("before the switch: %v", got)
+	}
+	for _, tt := range []struct {
+		name, routes string
+		want         map[string]string
+	}{
+		{"trial enforcing", strings.Replace(statusRoutes, "    enforce: false\n", "", 1),
+			map[string]string{"trial": "enforcing", "orders": "enforcing", "default": "enforcing"}},
+		{"orders dry run, trial removed", `
+routes:
+  - name: orders
+    path: /orders/{id}
+    resource: orders/{id}
+    enforce: false
+`, map[string]string{"trial": "not in force", "orders": "dry run", "default": "enforcing"}},
+	} {
+		if err := p.SetRoutes(mustRoutes(t, tt.routes)); err != nil {
+			t.Fatal(err)
+		}
+		if got := modes(); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s: modes %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
 
@@ -398,7 +466,11 @@ func TestStatusConfigRedactsSecrets(t *testing.T) {
 		{"redis URL", map[string]string{"FENCE_REDIS_URL": "redis://fence:" + pw + "@10.0.0.7:6379/2"},
 			[]string{"FENCE_REDIS_URL=redis://fence:xxxxx@10.0.0.7:6379/2", "FENCE_STORE=redis"}},
 		{"redis URL, password only", map[string]string{"FENCE_REDIS_URL": "rediss://:" + pw + "@redis:6380/0"},
-			[]string{"FENCE_REDIS_URL=rediss://:xxxxx@redis:6380/0"}},
+			[]string{"FENCE_REDIS_URL=rediss://:xxxxx@redis:6380/0", "FENCE_REDIS_SETTINGS=(unset: read with CONFIG GET)",
+				"FENCE_READY_REQUIRES_STORE=false"}},
+		{"redis settings stated, ready requires the store", map[string]string{"FENCE_REDIS_URL": "redis://redis:6379/0",
+			"FENCE_REDIS_SETTINGS": "appendonly=no,maxmemory-policy=noeviction", "FENCE_READY_REQUIRES_STORE": "true"},
+			[]string{"FENCE_REDIS_SETTINGS=maxmemory-policy=noeviction,appendonly=no", "FENCE_READY_REQUIRES_STORE=true"}},
 		{"sentinel", map[string]string{"FENCE_REDIS_SENTINEL_ADDRS": "s1:26379,s2:26379", "FENCE_REDIS_USERNAME": "fence",
 			"FENCE_REDIS_PASSWORD": pw},
 			[]string{"FENCE_REDIS_PASSWORD=(set)", "FENCE_REDIS_USERNAME=fence", "FENCE_REDIS_SENTINEL_ADDRS=s1:26379, s2:26379"}},

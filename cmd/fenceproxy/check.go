@@ -239,7 +239,7 @@ func checkRedis(ctx context.Context, cfg *config.Config) []checkResult {
 	}
 	s := redisstore.New(client, redisstore.Options{KeyPrefix: cfg.KeyPrefix, MaxBatch: -1})
 	defer s.Close()
-	policy := settingsPolicy{eviction: cfg.Redis.Eviction, persistence: cfg.Redis.Persistence}
+	policy := settingsPolicy{eviction: cfg.Redis.Eviction, persistence: cfg.Redis.Persistence, stated: cfg.Redis.Settings}
 	settingChecks := func(level, detail string) []checkResult {
 		var out []checkResult
 		if policy.eviction != config.EvictionOff {
@@ -294,7 +294,7 @@ func checkRedis(ctx context.Context, cfg *config.Config) []checkResult {
 			detail += ": " + strings.Join(f.nodes, ", ")
 		}
 		var re redis.Error
-		if errors.As(err, &re) {
+		if errors.As(f.err, &re) {
 			detail += "; the server said: " + strings.TrimSpace(re.Error())
 		}
 		out = append(out, checkResult{f.level(), "redis " + f.check, detail})

@@ -351,7 +351,16 @@ func TestCheckConnectRedis(t *testing.T) {
 		}},
 		{"CONFIG refused", env(noConfig.URL()), true, []line{
 			{"FAILED", "redis eviction", []string{"refuses CONFIG GET", "FENCE_REDIS_EVICTION=warn", "unknown command"}},
-			{"warning", "redis persistence", []string{"refuses CONFIG GET", "FENCE_REDIS_PERSISTENCE=off"}},
+			{"warning", "redis persistence", []string{"refuses CONFIG GET", "FENCE_REDIS_PERSISTENCE=off", "'appendonly'"}},
+		}},
+		{"CONFIG refused, settings stated", env(noConfig.URL(), "FENCE_REDIS_PERSISTENCE", "refuse",
+			"FENCE_REDIS_SETTINGS", "maxmemory-policy=noeviction,appendonly=yes,appendfsync=always"), false, []line{
+			{"ok", "redis eviction", []string{"maxmemory-policy noeviction cannot evict marks (as FENCE_REDIS_SETTINGS states it"}},
+			{"ok", "redis persistence", []string{"appendfsync always", "(as FENCE_REDIS_SETTINGS states it"}},
+		}},
+		{"readable, stated otherwise", env(safe.URL(), "FENCE_REDIS_SETTINGS", "appendonly=yes,appendfsync=everysec"), false, []line{
+			{"ok", "redis persistence", []string{"appendfsync always"}},
+			{"warning", "redis stated settings", []string{"appendfsync stated everysec, read always"}},
 		}},
 		{"a replica", env(replica.URL()), true, []line{
 			{"FAILED", "store", []string{"answers as a replica (role slave)", "admissions run only on a master"}},
@@ -382,10 +391,10 @@ func TestCheckConnectSameWordsAsRuntime(t *testing.T) {
 	up := newCountingUpstream(t)
 	env := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(), "FENCE_REDIS_PERSISTENCE": "refuse"}
 	p := start(t, env)
-	_, body := readyz(t, p)
-	reason, ok := strings.CutPrefix(body, "fence store refused as unsafe: ")
+	_, reasons := storeVerdict(t, p)
+	reason, ok := strings.CutPrefix(reasons, "fence store refused as unsafe: ")
 	if !ok {
-		t.Fatalf("readyz: %q", body)
+		t.Fatalf("store reasons: %q", reasons)
 	}
 	out, err := runCheck(t, env, "--connect")
 	if err == nil {

@@ -12,10 +12,12 @@ var _ fencestore.Store = (*guardedStore)(nil)
 // guardedStore is the Redis store behind the settings check (settingsWatch):
 // while the check finds a setting that can lose marks and its variable says
 // refuse, every admission is refused with a *fencestore.UnsafeError (the
-// proxy answers 503 naming the setting and forwards nothing) and /readyz
-// fails. Readiness alone is not enough: a request that reaches the pod
-// anyway (a Service without readiness gating, a port-forward, a sidecar
-// peer) would be admitted against a store that can forget its mark.
+// proxy answers 503 naming the setting and forwards nothing) and the
+// store's state is unsafe (/readyz fails too with
+// FENCE_READY_REQUIRES_STORE=true). The refusal is per request because
+// readiness is not enough even where it follows the store: a request that
+// reaches the pod anyway (a port-forward, a sidecar peer) would be admitted
+// against a store that can forget its mark.
 type guardedStore struct {
 	fencestore.Store // Mark, Drain, Release, Ping and Close pass through
 	// unsafe is the refusal in force, nil while the settings are safe. Admit

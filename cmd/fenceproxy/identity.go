@@ -18,7 +18,8 @@ import (
 // store's own atomic step, that the record is still the one it read
 // (fencestore.Keeper.Expect). An admission that finds it gone or changed
 // returns a *fencestore.LostError: this guard then refuses every admission
-// with it (503 store-lost), fails readiness, logs an error and sets
+// with it (503 store-lost), fails its store check (the store's state is
+// lost), logs an error and sets
 // fenceproxy_store_lost to 1, until an operator's `fenceproxy store init
 // --force` writes a forced record, which it then takes up.
 //

@@ -19,7 +19,7 @@ func TestStoreLostAndRecovered(t *testing.T) {
 	up := newCountingUpstream(t)
 	env := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL()}
 	p := startWith(t, env, serveHooks{settingsEvery: 200 * time.Millisecond, identityEvery: 100 * time.Millisecond})
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	if a := put(t, p.data, "/r", "42"); a.status != 200 {
 		t.Fatalf("42: %+v", a)
 	}
@@ -36,8 +36,11 @@ func TestStoreLostAndRecovered(t *testing.T) {
 		if a.status != 503 || a.problem["type"] != "urn:fenceproxy:store-lost" {
 			t.Fatalf("41 after the store lost everything: %+v, want 503 store-lost", a)
 		}
-		if code, _ := readyz(t, p); code != 503 {
-			t.Fatalf("readyz %d while the store is lost", code)
+		if state, _ := storeVerdict(t, p); state != "lost" {
+			t.Fatalf("store state %q while the store is lost", state)
+		}
+		if code, _ := readyz(t, p); code != 200 {
+			t.Fatalf("readyz %d while the store is lost: unfenced requests still need the replica", code)
 		}
 		if !strings.Contains(body(t, p.admin+"/metrics"), "fenceproxy_store_lost 1") {
 			t.Fatal("fenceproxy_store_lost is not 1")
@@ -51,7 +54,7 @@ func TestStoreLostAndRecovered(t *testing.T) {
 		if err := run(context.Background(), []string{"store", "init", "--force"}, env, &out, &errOut); err != nil {
 			t.Fatalf("store init --force: %v\n%s", err, errOut.String())
 		}
-		waitFor(t, "the forced record taken up", func() bool { code, _ := readyz(t, p); return code == 200 })
+		waitFor(t, "the forced record taken up", func() bool { state, _ := storeVerdict(t, p); return state == "ok" })
 		if a := put(t, p.data, "/r", "41"); a.status != 409 {
 			t.Fatalf("41 after recovery: %+v, want 409 against the raised mark", a)
 		}

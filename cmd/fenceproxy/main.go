@@ -105,6 +105,10 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	case "help", "-h", "--help":
 		return help(args, stdout)
 	}
+	if len(args) == 1 && isHelp(args[0]) && (cmd == "serve" || cmd == "authz" || cmd == "version") {
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
 	if len(args) > 0 {
 		return &usageError{fmt.Sprintf("%s takes no arguments\n%s", cmd, usage)}
 	}
@@ -128,13 +132,39 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 	return &usageError{fmt.Sprintf("unknown command %q\n%s", cmd, usage)}
 }
 
-// parseFlags parses a subcommand's args into fs. With -h or -help it prints
-// head and the flags to stdout and reports helped: the subcommand is done
-// (exit 0). A bad flag is a usage error that carries them. fs prints
-// nothing itself: the one error goes up to main.
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// parseFlags parses a subcommand's args into fs, flags before, between or
+// after the arguments (`marks reset orders/42 --force` as the usage line
+// shows it); after "--" everything is an argument. fs.Args() then holds the
+// arguments in order. With -h or -help it prints head and the flags to
+// stdout and reports helped: the subcommand is done (exit 0). A bad flag is
+// a usage error that carries them. fs prints nothing itself: the one error
+// goes up to main.
 func parseFlags(fs *flag.FlagSet, args []string, head string, stdout io.Writer) (helped bool, err error) {
 	fs.SetOutput(io.Discard)
-	err = fs.Parse(args)
+	var positional []string
+	for err == nil {
+		if err = fs.Parse(args); err != nil {
+			break
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			positional = append(positional, rest...) // Parse stopped at "--"
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
+	}
+	if err == nil {
+		// Leaves the flags as parsed and fs.Args() as the arguments.
+		err = fs.Parse(append([]string{"--"}, positional...))
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintln(stdout, flagsUsage(fs, head))

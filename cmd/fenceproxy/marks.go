@@ -41,7 +41,7 @@ get prints a resource's mark; list every mark whose resource begins with
 PREFIX (paged through the store: SCAN on Redis, a cursor on bolt); raise moves
 a mark forward only; reset sets it to any value, or deletes it without a
 token, and needs --force (a mark moved backward admits stale holders again).
-Flags go before the arguments: fenceproxy marks reset --force orders/42 7`
+Flags may come before or after the arguments: fenceproxy marks reset orders/42 7 --force`
 
 // storeCmd runs `fenceproxy store ...`.
 func storeCmd(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {

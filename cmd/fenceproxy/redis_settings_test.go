@@ -44,15 +44,6 @@ func wantNoMark(t *testing.T, c redis.Cmdable, key string) {
 	}
 }
 
-// waitNotReady waits until /readyz answers 503 with a body containing want.
-func waitNotReady(t *testing.T, p *program, want string) {
-	t.Helper()
-	waitFor(t, "not ready naming "+want, func() bool {
-		code, text := readyz(t, p)
-		return code == 503 && strings.Contains(text, want)
-	})
-}
-
 // FENCE_REDIS_EVICTION=refuse (the default) with an evicting policy: not
 // ready, and every fenced request 503 naming maxmemory-policy, not only the
 // pod's readiness; fixed at runtime (CONFIG SET noeviction) the program
@@ -63,7 +54,7 @@ func TestRedisEvictionRefuseRefusesAdmissions(t *testing.T) {
 	up := newCountingUpstream(t)
 	p := start(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL()})
 
-	wantNotReady(t, p, "maxmemory-policy is allkeys-lru")
+	wantStoreRefused(t, p, "maxmemory-policy is allkeys-lru")
 	wantRefusedUnsafe(t, p, up, "/orders/1", 41, "maxmemory-policy")
 	wantRefusedUnsafe(t, p, up, "/orders/1", 42, "allkeys-lru")
 	wantNoMark(t, rs.Client(t), "fence:default")
@@ -72,12 +63,12 @@ func TestRedisEvictionRefuseRefusesAdmissions(t *testing.T) {
 	}
 
 	redisDo(t, rs.Addr(), nil, "CONFIG", "SET", "maxmemory-policy", "noeviction")
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/orders/1", 42)
 	wantStale(t, p, up, "/orders/1", 41, 42)
 
 	redisDo(t, rs.Addr(), nil, "CONFIG", "SET", "maxmemory-policy", "allkeys-lfu")
-	waitNotReady(t, p, "maxmemory-policy is allkeys-lfu")
+	waitStoreRefused(t, p, "maxmemory-policy is allkeys-lfu")
 	wantRefusedUnsafe(t, p, up, "/orders/1", 43, "allkeys-lfu")
 	if got := getMark(t, rs.Client(t), "fence:default"); got != "42" {
 		t.Fatalf("fence:default = %q after refused requests, want 42", got)
@@ -94,12 +85,12 @@ func TestRedisSettingsCheckedAfterRestart(t *testing.T) {
 	up := newCountingUpstream(t)
 	p := startWith(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL()},
 		serveHooks{settingsEvery: time.Hour})
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/r", 1)
 
 	rs.Kill()
 	rs.Restart(t) // with its command line: allkeys-lru again
-	waitNotReady(t, p, "maxmemory-policy is allkeys-lru")
+	waitStoreRefused(t, p, "maxmemory-policy is allkeys-lru")
 	wantRefusedUnsafe(t, p, up, "/r", 2, "maxmemory-policy")
 	if got := getMark(t, rs.Client(t), "fence:default"); got != "1" {
 		t.Fatalf("fence:default = %q after the refused request, want 1", got)
@@ -117,16 +108,16 @@ func TestRedisPersistenceRefuse(t *testing.T) {
 		"FENCE_REDIS_URL":         rs.URL(),
 		"FENCE_REDIS_PERSISTENCE": "refuse",
 	})
-	wantNotReady(t, p, "appendfsync is everysec")
+	wantStoreRefused(t, p, "appendfsync is everysec")
 	wantRefusedUnsafe(t, p, up, "/p", 7, "appendfsync")
 	wantNoMark(t, rs.Client(t), "fence:default")
 
 	redisDo(t, rs.Addr(), nil, "CONFIG", "SET", "appendfsync", "always")
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/p", 7)
 
 	redisDo(t, rs.Addr(), nil, "CONFIG", "SET", "appendonly", "no")
-	waitNotReady(t, p, "appendonly is no")
+	waitStoreRefused(t, p, "appendonly is no")
 	wantRefusedUnsafe(t, p, up, "/p", 8, "appendonly")
 	if got := getMark(t, rs.Client(t), "fence:default"); got != "7" {
 		t.Fatalf("fence:default = %q after refused requests, want 7", got)
@@ -150,7 +141,7 @@ func TestRedisPersistenceWarn(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := redistest.Start(t, tc.args...)
 			p := start(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL()})
-			waitReady(t, p)
+			waitStoreOK(t, p)
 			wantAdmitted(t, p, up, "/w", 1)
 			logs := p.logs.String()
 			warned := strings.Contains(logs, "FENCE_REDIS_PERSISTENCE=warn")
@@ -169,7 +160,7 @@ func TestRedisPersistenceWarn(t *testing.T) {
 		rs := redistest.Start(t, "--appendonly", "no")
 		p := start(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(),
 			"FENCE_REDIS_PERSISTENCE": "off"})
-		waitReady(t, p)
+		waitStoreOK(t, p)
 		wantAdmitted(t, p, up, "/w", 2)
 		if logs := p.logs.String(); strings.Contains(logs, "FENCE_REDIS_PERSISTENCE") {
 			t.Fatalf("off still checks:\n%s", logs)
@@ -188,18 +179,77 @@ func TestRedisSettingsConfigDisabled(t *testing.T) {
 	t.Run("warn", func(t *testing.T) {
 		p := start(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(),
 			"FENCE_REDIS_EVICTION": "off"})
-		waitReady(t, p)
+		waitStoreOK(t, p)
 		wantAdmitted(t, p, up, "/c", 1)
 		logs := p.logs.String()
 		if !strings.Contains(logs, "refuses CONFIG GET") || !strings.Contains(logs, "FENCE_REDIS_PERSISTENCE=off") {
 			t.Fatalf("the log does not say that CONFIG is refused and what to do:\n%s", logs)
 		}
+		// The persistence warning quotes the server's refusal of the
+		// persistence settings, not of the eviction check's.
+		for _, line := range strings.Split(logs, "\n") {
+			if strings.Contains(line, "FENCE_REDIS_PERSISTENCE=warn") &&
+				(strings.Contains(line, "maxmemory-policy") || !strings.Contains(line, "'appendonly'")) {
+				t.Errorf("the persistence warning quotes another check's setting, or not its own:\n%s", line)
+			}
+		}
 	})
 	t.Run("refuse", func(t *testing.T) {
 		p := start(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(),
 			"FENCE_REDIS_EVICTION": "off", "FENCE_REDIS_PERSISTENCE": "refuse"})
-		wantNotReady(t, p, "FENCE_REDIS_PERSISTENCE=warn")
+		wantStoreRefused(t, p, "FENCE_REDIS_PERSISTENCE=warn")
 		wantRefusedUnsafe(t, p, up, "/c", 2, "appendfsync")
+	})
+}
+
+// FENCE_REDIS_SETTINGS states the settings of a server that refuses CONFIG
+// GET: judged in their place, so that a managed Redis is not refused
+// forever; a statement of safe settings admits, and the log says they were
+// asserted, not read; a statement of an evicting policy refuses as a
+// reading would. On a server whose CONFIG GET answers, what it reports
+// counts and a statement that differs is a warning.
+func TestRedisSettingsStated(t *testing.T) {
+	renamed := redistest.Start(t, "--rename-command", "CONFIG", "")
+	up := newCountingUpstream(t)
+	for _, tc := range []struct {
+		name, stated string
+		refused      string // in the refusal; "" = admitted
+		log          string
+	}{
+		{"safe", "maxmemory-policy=noeviction,appendonly=yes,appendfsync=always", "",
+			"settings asserted, not read: Redis maxmemory-policy noeviction cannot evict marks (as FENCE_REDIS_SETTINGS states it"},
+		{"evicting", "maxmemory-policy=allkeys-lru,appendonly=yes,appendfsync=always", "maxmemory-policy is allkeys-lru",
+			"as FENCE_REDIS_SETTINGS states it"},
+		{"not fsynced", "maxmemory-policy=volatile-lru,appendonly=yes,appendfsync=everysec", "appendfsync is everysec",
+			"as FENCE_REDIS_SETTINGS states it"},
+		// Persistence not stated: not read either, so refused as before.
+		{"persistence not stated", "maxmemory-policy=noeviction", "cannot read Redis appendonly", "refuses CONFIG GET"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := start(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": renamed.URL(),
+				"FENCE_REDIS_PERSISTENCE": "refuse", "FENCE_REDIS_SETTINGS": tc.stated})
+			if tc.refused == "" {
+				waitStoreOK(t, p)
+				wantAdmitted(t, p, up, "/s/"+tc.name, 1)
+			} else {
+				waitStoreRefused(t, p, tc.refused)
+				wantRefusedUnsafe(t, p, up, "/s/"+tc.name, 1, tc.refused)
+			}
+			if logs := p.logs.String(); !strings.Contains(logs, tc.log) {
+				t.Errorf("the log does not say %q:\n%s", tc.log, logs)
+			}
+		})
+	}
+
+	t.Run("readable, stated otherwise", func(t *testing.T) {
+		rs := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "everysec")
+		p := start(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(),
+			"FENCE_REDIS_PERSISTENCE": "refuse", "FENCE_REDIS_SETTINGS": "maxmemory-policy=noeviction,appendonly=yes,appendfsync=always"})
+		waitStoreRefused(t, p, "appendfsync is everysec")
+		wantRefusedUnsafe(t, p, up, "/s/read", 1, "appendfsync is everysec")
+		waitFor(t, "the warning that the statement differs", func() bool {
+			return strings.Contains(p.logs.String(), "FENCE_REDIS_SETTINGS differs from what Redis reports (appendfsync stated always, read everysec)")
+		})
 	})
 }
 
@@ -216,15 +266,15 @@ func TestRedisClusterSettingsCheck(t *testing.T) {
 		"FENCE_REDIS_CLUSTER_ADDRS": addrs[0],
 		"FENCE_REDIS_PERSISTENCE":   "off",
 	})
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/k", 5)
 
 	// The node the program was not told about.
 	redisDo(t, addrs[2], nil, "CONFIG", "SET", "maxmemory-policy", "allkeys-random")
-	waitNotReady(t, p, "maxmemory-policy is allkeys-random, which can evict marks, on 1 of 3 masters")
+	waitStoreRefused(t, p, "maxmemory-policy is allkeys-random, which can evict marks, on 1 of 3 masters")
 	wantRefusedUnsafe(t, p, up, "/k", 6, "maxmemory-policy")
 
 	redisDo(t, addrs[2], nil, "CONFIG", "SET", "maxmemory-policy", "noeviction")
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/k", 6)
 }

@@ -33,24 +33,6 @@ func readyz(t *testing.T, p *program) (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(b))
 }
 
-// waitReady waits for /readyz 200 and fails with its last body otherwise.
-func waitReady(t *testing.T, p *program) {
-	t.Helper()
-	var last string
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		code, text := readyz(t, p)
-		if code == 200 {
-			return
-		}
-		last = fmt.Sprintf("%d %s", code, text)
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready within 15s: %s", last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // wantAdmitted sends PUT path with token and expects 200, forwarded once.
 func wantAdmitted(t *testing.T, p *program, up *countingUpstream, path string, token uint64) {
 	t.Helper()
@@ -91,21 +73,6 @@ func wantUnavailable(t *testing.T, p *program, up *countingUpstream, path string
 	if got := up.n.Load() - before; got != 0 {
 		t.Fatalf("PUT %s token %d: forwarded (%d) although the store failed", path, token, got)
 	}
-}
-
-// wantNotReady expects /readyz 503 with a body containing each of want.
-func wantNotReady(t *testing.T, p *program, want ...string) string {
-	t.Helper()
-	code, text := readyz(t, p)
-	if code != 503 {
-		t.Fatalf("readyz: want 503, got %d %q", code, text)
-	}
-	for _, w := range want {
-		if !strings.Contains(text, w) {
-			t.Fatalf("readyz body %q does not contain %q", text, w)
-		}
-	}
-	return text
 }
 
 // getMark reads key with a short bound through c.
@@ -184,7 +151,7 @@ func TestRedisTLS(t *testing.T) {
 		"FENCE_REDIS_URL":         rs.URL(),
 		"FENCE_REDIS_TLS_CA_FILE": files.CA,
 	})
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/orders/1", 42)
 	wantStale(t, p, up, "/orders/1", 41, 42)
 
@@ -206,7 +173,7 @@ func TestRedisTLS(t *testing.T) {
 		"FENCE_REDIS_URL":         "redis://" + rs.Addr() + "/0",
 		"FENCE_REDIS_TLS_CA_FILE": files.CA,
 	})
-	waitReady(t, p2)
+	waitStoreOK(t, p2)
 	wantAdmitted(t, p2, up, "/orders/1", 43)
 	wantStale(t, p2, up, "/orders/1", 42, 43)
 
@@ -215,11 +182,11 @@ func TestRedisTLS(t *testing.T) {
 		"FENCE_UPSTREAM_URL": up.URL,
 		"FENCE_REDIS_URL":    rs.URL(),
 	})
-	wantNotReady(t, p3, "x509")
+	wantStoreRefused(t, p3, "x509")
 	wantNoEvictionAdvice(t, p3)
 	wantUnavailable(t, p3, up, "/orders/1", 44)
 	wantUnavailable(t, p3, up, "/orders/1", 41)
-	wantNotReady(t, p3, "x509")
+	wantStoreRefused(t, p3, "x509")
 	if got := getMark(t, rs.Client(t), "fence:default"); got != "43" {
 		t.Fatalf("fence:default = %q after refused requests, want 43", got)
 	}
@@ -241,7 +208,7 @@ func TestRedisSentinelTLS(t *testing.T) {
 		"FENCE_REDIS_TLS_CA_FILE":    files.CA,
 	}
 	p := start(t, env)
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/orders/1", 42)
 	wantStale(t, p, up, "/orders/1", 41, 42)
 	if got := getMark(t, master.Client(t), "fence:default"); got != "42" {
@@ -250,7 +217,7 @@ func TestRedisSentinelTLS(t *testing.T) {
 
 	delete(env, "FENCE_REDIS_TLS_CA_FILE")
 	p2 := start(t, env)
-	t.Logf("readyz without the CA: %s", wantNotReady(t, p2))
+	t.Logf("readyz without the CA: %s", wantStoreRefused(t, p2))
 	wantUnavailable(t, p2, up, "/orders/1", 43)
 	if got := getMark(t, master.Client(t), "fence:default"); got != "42" {
 		t.Fatalf("fence:default = %q after a refused request, want 42", got)
@@ -277,7 +244,7 @@ func TestRedisACL(t *testing.T) {
 		"FENCE_UPSTREAM_URL": up.URL,
 		"FENCE_REDIS_URL":    "redis://fence:secret@" + rs.Addr() + "/0",
 	})
-	waitReady(t, p) // PING and CONFIG GET maxmemory-policy (eviction=refuse) allowed
+	waitStoreOK(t, p) // PING and CONFIG GET maxmemory-policy (eviction=refuse) allowed
 	wantAdmitted(t, p, up, "/a", 7)
 	wantAdmitted(t, p, up, "/a", 7)
 	wantStale(t, p, up, "/a", 6, 7)
@@ -290,7 +257,7 @@ func TestRedisACL(t *testing.T) {
 		"FENCE_UPSTREAM_URL": up.URL,
 		"FENCE_REDIS_URL":    "redis://fence:wrong@" + rs.Addr() + "/0",
 	})
-	wantNotReady(t, p2, "WRONGPASS")
+	wantStoreRefused(t, p2, "WRONGPASS")
 	wantNoEvictionAdvice(t, p2)
 	wantUnavailable(t, p2, up, "/a", 8)
 	wantUnavailable(t, p2, up, "/a", 6)
@@ -330,7 +297,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 		"FENCE_REDIS_WAIT_TIMEOUT":   "200ms",
 		"FENCE_STORE_TIMEOUT":        "1s",
 	})
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/x", 41)
 	wantAdmitted(t, p, up, "/x", 42)
 	wantStale(t, p, up, "/x", 41, 42)
@@ -451,7 +418,7 @@ func TestRedisCluster(t *testing.T) {
 		"FENCE_REDIS_PASSWORD":      "secret",
 		"FENCE_ROUTES_FILE":         routes,
 	})
-	waitReady(t, p) // also CONFIG GET maxmemory-policy through the cluster client
+	waitStoreOK(t, p) // also CONFIG GET maxmemory-policy through the cluster client
 
 	const n = 50
 	for i := range n {
@@ -534,7 +501,7 @@ func TestRedisMinReplicas(t *testing.T) {
 		"FENCE_REDIS_WAIT_TIMEOUT": "100ms",
 		"FENCE_STORE_TIMEOUT":      "500ms",
 	})
-	waitReady(t, p)
+	waitStoreOK(t, p)
 	wantAdmitted(t, p, up, "/m", 10)
 	wantAdmitted(t, p, up, "/m", 10)
 	wantStale(t, p, up, "/m", 9, 10)
@@ -584,11 +551,11 @@ func TestRedisEvictionCheck(t *testing.T) {
 
 	t.Run("allkeys refuse", func(t *testing.T) {
 		p := start(t, env(allkeys.URL()))
-		t.Logf("readyz: %s", wantNotReady(t, p, "maxmemory-policy is allkeys-lru"))
+		t.Logf("readyz: %s", wantStoreRefused(t, p, "maxmemory-policy is allkeys-lru"))
 	})
 	t.Run("allkeys warn", func(t *testing.T) {
 		p := start(t, env(allkeys.URL(), "FENCE_REDIS_EVICTION", "warn"))
-		waitReady(t, p)
+		waitStoreOK(t, p)
 		logs := p.logs.String()
 		if !strings.Contains(logs, `"level":"warn"`) || !strings.Contains(logs, "FENCE_REDIS_EVICTION=warn") ||
 			!strings.Contains(logs, "allkeys-lru") {
@@ -597,12 +564,12 @@ func TestRedisEvictionCheck(t *testing.T) {
 	})
 	t.Run("allkeys off", func(t *testing.T) {
 		p := start(t, env(allkeys.URL(), "FENCE_REDIS_EVICTION", "off"))
-		waitReady(t, p)
+		waitStoreOK(t, p)
 	})
 	t.Run("volatile refuse", func(t *testing.T) {
 		rs := redistest.Start(t, "--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru")
 		p := start(t, env(rs.URL()))
-		waitReady(t, p)
+		waitStoreOK(t, p)
 		wantAdmitted(t, p, up, "/v", 1)
 		if ttl := redisDo(t, rs.Addr(), nil, "PTTL", "fence:default"); ttl != int64(-1) {
 			t.Fatalf("PTTL fence:default = %v, want -1 (no TTL, so volatile-* never evicts it)", ttl)
@@ -611,6 +578,6 @@ func TestRedisEvictionCheck(t *testing.T) {
 	t.Run("config renamed refuse", func(t *testing.T) {
 		rs := redistest.Start(t, "--rename-command", "CONFIG", "")
 		p := start(t, env(rs.URL()))
-		t.Logf("readyz: %s", wantNotReady(t, p, "FENCE_REDIS_EVICTION=warn"))
+		t.Logf("readyz: %s", wantStoreRefused(t, p, "FENCE_REDIS_EVICTION=warn"))
 	})
 }

@@ -34,6 +34,9 @@ type serveHooks struct {
 	// identityEvery is how often a store found lost is asked whether an
 	// operator forced a new identity record; zero means a second.
 	identityEvery time.Duration
+	// storeEvery is how often the admin looks at the store for the
+	// metrics; zero means every 5s.
+	storeEvery time.Duration
 	// spanExporter, if set, turns tracing on with it, whatever OTEL_* say
 	// (tracing.go).
 	spanExporter sdktrace.SpanExporter
@@ -159,8 +162,12 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 		Timeout: cfg.StoreTimeout,
 		Metrics: metrics,
 		Checks:  st.checks,
-		Logger:  log.Named("admin"),
-		Pprof:   cfg.AdminPprof,
+		// Off by default: a store in trouble refuses fenced requests (503)
+		// but the replica stays in its Service for the rest.
+		ReadyRequiresStore: cfg.ReadyRequiresStore,
+		StoreEvery:         hooks.storeEvery,
+		Logger:             log.Named("admin"),
+		Pprof:              cfg.AdminPprof,
 		// The status page: what is configured and in force, secrets redacted.
 		StoreKind: string(cfg.Store),
 		Config: func() []proxy.ConfigItem {
@@ -172,6 +179,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 		},
 	})
 	watches.Go(func() { admin.SampleRates(wctx) }) // the status page's rates
+	watches.Go(func() { admin.WatchStore(wctx) })  // fenceproxy_store_up and _state, and the log
 
 	dataLn, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
@@ -229,7 +237,8 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", zap.Duration("timeout", cfg.ShutdownTimeout))
+		// A string with its unit: zap's JSON writes a Duration as bare seconds.
+		log.Info("shutting down: draining in-flight requests", zap.String("timeout", cfg.ShutdownTimeout.String()))
 	case serveErr = <-errc:
 		log.Error("listener failed", zap.Error(serveErr))
 	}

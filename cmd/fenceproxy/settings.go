@@ -30,6 +30,9 @@ const settingsRetry = time.Second
 type settingsPolicy struct {
 	eviction    config.Eviction
 	persistence config.Persistence
+	// stated are the settings FENCE_REDIS_SETTINGS states: judged instead
+	// of the server's when it refuses CONFIG GET.
+	stated config.RedisSettings
 }
 
 func (p settingsPolicy) enabled() bool {
@@ -52,6 +55,11 @@ type finding struct {
 	// no address: a refusal's is shown to clients.
 	text  string
 	nodes []string // the cluster masters at fault, if a cluster
+	// err is the server's refusal of the settings this check reads (CONFIG
+	// GET refused), nil when it read them.
+	err error
+	// stated: judged on FENCE_REDIS_SETTINGS, not on settings read.
+	stated bool
 }
 
 // level is how check --connect reports f.
@@ -66,43 +74,104 @@ func (f finding) level() string {
 }
 
 // judge weighs the settings of every node (or readErr: the server answered
-// but refused CONFIG GET) against p, one finding per check p enables.
+// but refused CONFIG GET) against p, one finding per check p enables. When
+// the server refuses, the settings FENCE_REDIS_SETTINGS states are judged
+// in their place; when it answers, a statement that differs from what it
+// says is one more finding (a warning: the settings read count).
 func (p settingsPolicy) judge(nodes []redisstore.Settings, readErr error) []finding {
 	var out []finding
+	stated := []redisstore.Settings{{MaxmemoryPolicy: p.stated.MaxmemoryPolicy, AppendOnly: p.stated.AppendOnly, AppendFsync: p.stated.AppendFsync}}
+	const asStated = " (as FENCE_REDIS_SETTINGS states it: the server refuses CONFIG GET, so fenceproxy did not read it)"
 	if p.eviction != config.EvictionOff {
 		f := finding{check: "eviction", setting: "FENCE_REDIS_EVICTION=" + string(p.eviction),
-			refuse: p.eviction == config.EvictionRefuse}
+			refuse: p.eviction == config.EvictionRefuse, err: refusalOf(readErr, "maxmemory-policy")}
+		judged := nodes
 		switch {
+		case readErr != nil && p.stated.MaxmemoryPolicy != "":
+			judged, f.stated = stated, true
 		case readErr != nil:
 			f.text = "cannot read Redis maxmemory-policy: the server refuses CONFIG GET (as managed services often do), " +
 				"so an eviction of marks cannot be ruled out; " + advice("FENCE_REDIS_EVICTION", f.refuse, "the policy cannot evict")
-		default:
-			f.text, f.nodes = risks(nodes, redisstore.Settings.EvictionRisk)
+		}
+		if f.text == "" {
+			f.text, f.nodes = risks(judged, redisstore.Settings.EvictionRisk)
 			if f.text == "" {
-				f.ok, f.text = true, "Redis maxmemory-policy "+values(nodes, func(s redisstore.Settings) string {
+				f.ok, f.text = true, "Redis maxmemory-policy "+values(judged, func(s redisstore.Settings) string {
 					return s.MaxmemoryPolicy
 				})+" cannot evict marks"
+			}
+			if f.stated {
+				f.text += asStated
 			}
 		}
 		out = append(out, f)
 	}
 	if p.persistence != config.PersistenceOff {
 		f := finding{check: "persistence", setting: "FENCE_REDIS_PERSISTENCE=" + string(p.persistence),
-			refuse: p.persistence == config.PersistenceRefuse}
+			refuse: p.persistence == config.PersistenceRefuse, err: refusalOf(readErr, "appendonly", "appendfsync")}
+		judged := nodes
 		switch {
+		case readErr != nil && p.stated.AppendOnly != "":
+			judged, f.stated = stated, true
 		case readErr != nil:
 			f.text = "cannot read Redis appendonly and appendfsync: the server refuses CONFIG GET (as managed services often do), " +
 				"so a loss of acknowledged marks in a crash cannot be ruled out; " +
 				advice("FENCE_REDIS_PERSISTENCE", f.refuse, "every write is on disk before Redis answers")
-		default:
-			f.text, f.nodes = risks(nodes, redisstore.Settings.PersistenceRisk)
+		}
+		if f.text == "" {
+			f.text, f.nodes = risks(judged, redisstore.Settings.PersistenceRisk)
 			if f.text == "" {
 				f.ok, f.text = true, "Redis appendonly yes, appendfsync always: every acknowledged mark is on disk"
+			}
+			if f.stated {
+				f.text += asStated
 			}
 		}
 		out = append(out, f)
 	}
+	if readErr == nil && p.stated.Stated() {
+		if diff := statedDiff(p.stated, nodes); diff != "" {
+			out = append(out, finding{check: "stated settings", setting: "FENCE_REDIS_SETTINGS=" + p.stated.String(),
+				text: "FENCE_REDIS_SETTINGS differs from what Redis reports (" + diff + "); the settings Redis reports count"})
+		}
+	}
 	return out
+}
+
+// refusalOf is the server's refusal of the named settings within readErr
+// (nil if it refused none of them, or answered), so that a check quotes only
+// the settings it is about.
+func refusalOf(readErr error, names ...string) error {
+	var refused *redisstore.RefusedError
+	if errors.As(readErr, &refused) {
+		return refused.For(names...)
+	}
+	return readErr
+}
+
+// statedDiff lists, for each node, each stated setting that differs from
+// the one read: "appendfsync stated always, read everysec". "" if none.
+func statedDiff(stated config.RedisSettings, nodes []redisstore.Settings) string {
+	var diffs []string
+	for _, n := range nodes {
+		for _, d := range [][3]string{
+			{"maxmemory-policy", stated.MaxmemoryPolicy, n.MaxmemoryPolicy},
+			{"appendonly", stated.AppendOnly, n.AppendOnly},
+			{"appendfsync", stated.AppendFsync, n.AppendFsync},
+		} {
+			if d[1] == "" || d[1] == d[2] {
+				continue
+			}
+			diff := d[0] + " stated " + d[1] + ", read " + d[2]
+			if n.Node != "" {
+				diff += " on " + n.Node
+			}
+			if !slices.Contains(diffs, diff) {
+				diffs = append(diffs, diff)
+			}
+		}
+	}
+	return strings.Join(diffs, "; ")
 }
 
 // advice says what to set when the settings cannot be read.
@@ -241,18 +310,21 @@ func (w *settingsWatch) check(ctx context.Context) {
 		return
 	}
 	w.checked = true
-	w.apply(w.policy.judge(nodes, err), err)
+	w.apply(w.policy.judge(nodes, err))
 }
 
 // apply puts the refusal, if any, in force, and logs the verdict when it
 // differs from the last one logged.
-func (w *settingsWatch) apply(fs []finding, readErr error) {
+func (w *settingsWatch) apply(fs []finding) {
 	var reasons, key []string
 	for _, f := range fs {
-		if f.ok {
+		if f.ok && !f.stated {
 			continue
 		}
 		key = append(key, f.setting+": "+f.text)
+		if f.ok {
+			continue
+		}
 		if f.refuse {
 			reasons = append(reasons, f.text+" ("+f.setting+")")
 		}
@@ -276,17 +348,22 @@ func (w *settingsWatch) apply(fs []finding, readErr error) {
 	w.logged = k
 	for _, f := range fs {
 		if f.ok {
+			if f.stated {
+				// Said once per change, so that nobody takes the
+				// verdict for a reading.
+				w.log.Info(f.setting+": settings asserted, not read: "+f.text, zap.Error(f.err))
+			}
 			continue
 		}
 		var fields []zap.Field
 		if len(f.nodes) > 0 {
 			fields = append(fields, zap.Strings("nodes", f.nodes))
 		}
-		if readErr != nil {
-			fields = append(fields, zap.Error(readErr))
+		if f.err != nil {
+			fields = append(fields, zap.Error(f.err))
 		}
 		if f.refuse {
-			w.log.Error(f.setting+": refusing every fenced request (503) and not ready: "+f.text, fields...)
+			w.log.Error(f.setting+": refusing every fenced request (503): "+f.text, fields...)
 		} else {
 			w.log.Warn(f.setting+": "+f.text, fields...)
 		}

@@ -24,6 +24,9 @@ const statusBrowserRoutes = `routes:
     path: /trial/{id}
     resource: trial/{id}
     enforce: false
+  - name: inventory-reservations-by-warehouse
+    path: /inventory/{warehouse}/reservations/{id}
+    resource: inventory/{warehouse}/reservations/{id}
 `
 
 // The status page as an operator sees it: the real binary on a Redis with
@@ -70,6 +73,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 		{"/docs/c", "", 428},   // missing token
 		{"/trial/x", "5", 200}, // dry run: admitted
 		{"/trial/x", "4", 200}, // dry run: would_stale (mark 5), forwarded
+		{"/trial/y", "", 200},  // dry run: would_missing, forwarded
+		{"/trial/y", "x", 200}, // dry run: would_malformed, forwarded
+		// A long route name and every decision column: the table must
+		// still fit the window, the name unbroken.
+		{"/inventory/eu-west-1/reservations/r-000000000001", "123456789", 200},
+		{"/inventory/eu-west-1/reservations/r-000000000001", "123456788", 409},
+		{"/inventory/eu-west-1/reservations/r-000000000002", "", 428},
+		{"/inventory/eu-west-1/reservations/r-000000000003", "12a", 400},
+		{"/inventory/eu-west-1/reservations/r;1", "5", 400}, // bad_request
 	} {
 		if a := put(t, r.data, w.path, w.token); a.status != w.status {
 			t.Fatalf("PUT %s token %q: %d, want %d", w.path, w.token, a.status, w.status)
@@ -84,7 +96,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		return json.Unmarshal([]byte(body(t, r.admin+"/status.json")), &s) == nil && s.Rates.WindowSeconds > 0
 	})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.WindowSize(1280, 900))
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.WindowSize(1400, 900))
 	if os.Geteuid() == 0 {
 		// Chromium refuses to start its sandbox as root, which is how CI
 		// runs (in a container): only then run it without.
@@ -126,8 +138,31 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if kind, answering := text("#store-kind"), text("#store-answering"); kind != "redis" || answering != "yes" {
 		t.Errorf("store %q answering %q, want redis answering yes", kind, answering)
 	}
-	if lost, ready := text("#store-lost"), text("#store-ready"); lost != "no" || ready != "yes" {
-		t.Errorf("store lost %q, ready %q; want no, yes", lost, ready)
+	if state, lost, ready := text("#store-state"), text("#store-lost"), text("#store-ready"); !strings.HasPrefix(state, "ok") ||
+		lost != "no" || !strings.HasPrefix(ready, "yes") {
+		t.Errorf("store state %q, lost %q, ready %q; want ok, no, yes", state, lost, ready)
+	}
+
+	// At 1400 px nothing scrolls sideways, neither the page nor a table,
+	// and no route or setting name is broken over two lines.
+	layout, err := chromedp.Run(tctx, chromedp.Evaluate[[][]string](`(() => {
+		const wide = Array.from(document.querySelectorAll("table")).
+			filter(t => t.getBoundingClientRect().right > document.documentElement.clientWidth ||
+				(t.parentElement.scrollWidth > t.parentElement.clientWidth)).map(t => t.id);
+		if (document.documentElement.scrollWidth > document.documentElement.clientWidth) wide.push("the page");
+		const broken = Array.from(document.querySelectorAll("#rates tbody th, #refusals td:nth-child(2), #contested td:nth-child(3), #config tbody th")).
+			filter(el => { const r = document.createRange(); r.selectNodeContents(el); return r.getClientRects().length > 1; }).
+			map(el => el.innerText);
+		return [wide, broken];
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layout[0]) > 0 {
+		t.Errorf("wider than the 1400 px window: %q", layout[0])
+	}
+	if len(layout[1]) > 0 {
+		t.Errorf("names broken over lines: %q", layout[1])
 	}
 
 	// Time, route, decision, status, resource, token, mark, detail; newest
@@ -135,7 +170,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	refusals := cells("refusals")[1:]
 	var got [][]string
 	for _, row := range refusals {
-		got = append(got, row[1:7])
+		if (row[1] == "docs" || row[1] == "trial") && row[2] != "would_missing" && row[2] != "would_malformed" {
+			got = append(got, row[1:7])
+		}
 	}
 	want := [][]string{
 		{"trial", "would_stale", "409", "trial/x", "4", "5"},
@@ -151,7 +188,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	// #, resource, route, stale refusals, mark, last.
 	contested := cells("contested")[1:]
-	if len(contested) != 3 || !slices.Equal(contested[0][:5], []string{"1", "docs/a", "docs", "3", "11"}) ||
+	if len(contested) != 4 || !slices.Equal(contested[0][:5], []string{"1", "docs/a", "docs", "3", "11"}) ||
 		!slices.Equal(contested[1][:5], []string{"2", "docs/b", "docs", "1", "20"}) {
 		t.Errorf("contested %q, want docs/a (3 stale, mark 11) first, then docs/b (1, mark 20)", contested)
 	}
@@ -207,4 +244,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", out, len(png))
+	if dir := os.Getenv("FENCE_SCREENSHOT_DIR"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, "status.png"), png, 0o644)
+	}
 }

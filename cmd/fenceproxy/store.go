@@ -102,7 +102,9 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 	out := openedStore{store: s}
 	out.keeper, _ = any(s).(fencestore.Keeper)
 
-	// Not reaching Redis at start is not fatal: the proxy starts unready and
+	// Not reaching Redis at start is not fatal: the proxy starts with the
+	// store down (fenced requests 503, not ready with
+	// FENCE_READY_REQUIRES_STORE=true) and
 	// answers 503 until Redis answers, which is what a pod restart loop would
 	// achieve, minus the restarts.
 	pctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
@@ -113,7 +115,7 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 	}
 
 	var settings *settingsWatch
-	if policy := (settingsPolicy{eviction: cfg.Redis.Eviction, persistence: cfg.Redis.Persistence}); policy.enabled() {
+	if policy := (settingsPolicy{eviction: cfg.Redis.Eviction, persistence: cfg.Redis.Persistence, stated: cfg.Redis.Settings}); policy.enabled() {
 		settings = newSettingsWatch(s.Settings, policy, s, rlog, settingsEvery, cfg.StoreTimeout)
 		// Checked before serving, so that the first request meets the
 		// verdict; a Redis that does not answer yet is checked once it does.

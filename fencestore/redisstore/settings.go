@@ -110,23 +110,62 @@ func readSettings(ctx context.Context, c redis.Cmdable) (Settings, error) {
 		return Settings{}, fencestore.Unavailable(fmt.Errorf("redisstore: settings: PING: %w", err))
 	}
 	var vals [len(settingNames)]string
+	var refused *RefusedError
 	for i, name := range settingNames {
 		m, err := gets[i].Result()
 		if err != nil {
-			err = fmt.Errorf("redisstore: settings: CONFIG GET %s: %w", name, err)
 			var re redis.Error
 			if !errors.As(err, &re) {
-				return Settings{}, fencestore.Unavailable(err) // the connection, not the server
+				// The connection, not the server.
+				return Settings{}, fencestore.Unavailable(fmt.Errorf("redisstore: settings: CONFIG GET %s: %w", name, err))
 			}
-			return Settings{}, err
+		} else if v, ok := m[name]; ok {
+			vals[i] = v
+			continue
+		} else {
+			err = errors.New("no such parameter in the reply")
 		}
-		v, ok := m[name]
-		if !ok {
-			return Settings{}, fmt.Errorf("redisstore: settings: CONFIG GET %s: no such parameter in the reply", name)
+		if refused == nil {
+			refused = &RefusedError{}
 		}
-		vals[i] = v
+		refused.Settings = append(refused.Settings, name)
+		refused.Errs = append(refused.Errs, err)
+	}
+	if refused != nil {
+		return Settings{}, refused
 	}
 	return Settings{MaxmemoryPolicy: vals[0], AppendOnly: vals[1], AppendFsync: vals[2]}, nil
+}
+
+// RefusedError reports a server that answered but would not tell one or
+// more settings (CONFIG disabled, renamed, or denied by ACL, as on many
+// managed services): the setting names and, for each, the server's reply,
+// which Redis words after the command ("ERR unknown command 'CONFIG', with
+// args beginning with: 'GET' 'appendonly'"). For quotes only the settings a
+// check is about.
+type RefusedError struct {
+	Settings []string // in the order of the CONFIG GETs
+	Errs     []error  // the reply to each
+}
+
+func (e *RefusedError) Error() string {
+	if len(e.Settings) == 0 {
+		return "redisstore: settings: refused"
+	}
+	return fmt.Sprintf("redisstore: settings: CONFIG GET %s: %v", e.Settings[0], e.Errs[0])
+}
+
+// For returns the refusal of the first of names the server refused, as
+// "CONFIG GET name: reply", or nil if it refused none of them.
+func (e *RefusedError) For(names ...string) error {
+	for i, s := range e.Settings {
+		for _, n := range names {
+			if s == n {
+				return fmt.Errorf("redisstore: settings: CONFIG GET %s: %w", s, e.Errs[i])
+			}
+		}
+	}
+	return nil
 }
 
 // EvictionRisk says how the maxmemory-policy can lose marks, or "" when it

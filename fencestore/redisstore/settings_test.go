@@ -46,6 +46,29 @@ func TestSettingsErrors(t *testing.T) {
 		!strings.Contains(err.Error(), "CONFIG GET") {
 		t.Errorf("CONFIG renamed: Settings = %+v, %v; want a refusal of CONFIG GET, not ErrUnavailable", got, err)
 	}
+	// Each setting's refusal quotes that setting, so that a message about
+	// persistence does not quote maxmemory-policy.
+	var refused *redisstore.RefusedError
+	if _, err := s.Settings(ctx); !errors.As(err, &refused) {
+		t.Fatalf("CONFIG renamed: %v is not a *RefusedError", err)
+	}
+	for _, tc := range []struct {
+		names    []string
+		quote    string
+		notQuote string
+	}{
+		{[]string{"maxmemory-policy"}, "'maxmemory-policy'", "appendonly"},
+		{[]string{"appendonly", "appendfsync"}, "'appendonly'", "maxmemory-policy"},
+		{[]string{"appendfsync"}, "'appendfsync'", "maxmemory-policy"},
+	} {
+		err := refused.For(tc.names...)
+		if err == nil || !strings.Contains(err.Error(), tc.quote) || strings.Contains(err.Error(), tc.notQuote) {
+			t.Errorf("For(%q) = %v; want it to quote %s and not %s", tc.names, err, tc.quote, tc.notQuote)
+		}
+	}
+	if err := refused.For("maxmemory"); err != nil {
+		t.Errorf("For(a setting not read) = %v, want nil", err)
+	}
 
 	acl := redistest.Start(t)
 	if _, err := redistest.Do(acl.Addr(), nil, "ACL", "SETUSER", "noconf", "on", ">pw", "~*", "+@all", "-config"); err != nil {

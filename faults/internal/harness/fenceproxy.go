@@ -81,6 +81,10 @@ func (h *Harness) startProxy(i int, upstream string, env map[string]string, read
 			"FENCE_LOG_LEVEL":        "warn",
 			"FENCE_SHUTDOWN_TIMEOUT": "2s",
 			"FENCE_BOLT_PATH":        filepath.Join(dir, "fenceproxy.db"),
+			// /readyz follows the store, so that "ready" below means the
+			// store answers before load starts, and the store-loss
+			// scenarios can read a replica's verdict from it.
+			"FENCE_READY_REQUIRES_STORE": "true",
 		}
 		for k, v := range env {
 			e[k] = v
