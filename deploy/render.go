@@ -82,7 +82,7 @@ var ErrNoEnvGenerator = errors.New("the fenceproxy component (deploy/base) merge
 func Build(dir string) (resmap.ResMap, error) {
 	m, err := kustomizer().Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		if msg := err.Error(); strings.Contains(msg, "cannot merge or replace") && strings.Contains(msg, `"fenceproxy-env"`) {
+		if msg := err.Error(); strings.Contains(msg, "cannot merge or replace") && strings.Contains(msg, "fenceproxy-env") {
 			return nil, fmt.Errorf("kustomize build %s: %w\n(kustomize: %v)", dir, ErrNoEnvGenerator, err)
 		}
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
