@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,20 +30,20 @@ func TestInjectCommand(t *testing.T) {
 		wantErr  string
 		exitCode int
 	}{
-		{"a file", []string{"inject", "--image=fenceproxy:v0.0.1", store, filepath.Join(injectIn, "numeric-port.yaml")}, "", string(golden), "", 0},
-		{"stdin", []string{"inject", "--image=fenceproxy:v0.0.1", store}, string(numeric), string(golden), "", 0},
-		{"stdin as -", []string{"inject", "--image=fenceproxy:v0.0.1", store, "-"}, string(numeric), string(golden), "", 0},
-		{"two files", []string{"inject", store, filepath.Join(injectIn, "numeric-port.yaml"), filepath.Join(injectIn, "statefulset.yaml")}, "", "name: ledger-fenceproxy", "", 0},
-		{"help", []string{"inject", "-h"}, "", "usage: fenceproxy inject", "", 0},
-		{"no store", []string{"inject"}, string(numeric), "", "no store: give --redis-url", 2},
-		{"bad app port", []string{"inject", store, "--app-port=orders="}, "", "", "want [WORKLOAD=]PORT", 2},
-		{"refused", []string{"inject", store, "--app-port=orders=http"}, string(numeric), "", "inject: nothing written:\nDeployment/shop/orders: --app-port http is no container port of the pod (have orders/8080)", 1},
-		{"missing file", []string{"inject", store, "nope.yaml"}, "", "", "nope.yaml", 1},
+		{"a file", []string{"--image=fenceproxy:v0.0.1", store, filepath.Join(injectIn, "numeric-port.yaml")}, "", string(golden), "", 0},
+		{"stdin", []string{"--image=fenceproxy:v0.0.1", store}, string(numeric), string(golden), "", 0},
+		{"stdin as -", []string{"--image=fenceproxy:v0.0.1", store, "-"}, string(numeric), string(golden), "", 0},
+		{"two files", []string{store, filepath.Join(injectIn, "numeric-port.yaml"), filepath.Join(injectIn, "statefulset.yaml")}, "", "name: ledger-fenceproxy", "", 0},
+		{"help", []string{"-h"}, "", "usage: fenceproxy inject", "", 0},
+		{"no store", nil, string(numeric), "", "no store: give --redis-url", 2},
+		{"bad app port", []string{store, "--app-port=orders="}, "", "", "want [WORKLOAD=]PORT", 2},
+		{"refused", []string{store, "--app-port=orders=http"}, string(numeric), "", "inject: nothing written:\nDeployment/shop/orders: --app-port http is no container port of the pod (have orders/8080)", 1},
+		{"missing file", []string{store, "nope.yaml"}, "", "", "nope.yaml", 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			err := runInject(tc.args, strings.NewReader(tc.stdin), &stdout, &stderr)
+			var stdout bytes.Buffer
+			err := injectCmd(tc.args, strings.NewReader(tc.stdin), &stdout)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("error: %v", err)
@@ -61,14 +60,6 @@ func TestInjectCommand(t *testing.T) {
 			}
 		})
 	}
-}
-
-// runInject is run with stdin handed to inject.
-func runInject(args []string, stdin *strings.Reader, stdout, stderr *bytes.Buffer) error {
-	if args[0] != "inject" {
-		return errors.New("not inject")
-	}
-	return injectCmd(args[1:], stdin, stdout)
 }
 
 // TestDefaultImage: a release build injects its own image tag.
