@@ -23,5 +23,7 @@ func Cases() []Case {
 		{"statefulset", Options{Image: base.Image, RedisSecret: "fenceproxy-redis"}},
 		{"two-deployments", base},
 		{"list", with(func(o *Options) { o.AdminPort = 9901 })},
+		// What `kubectl get deploy,svc -o json` prints: block YAML out.
+		{"kubectl-json", base},
 	}
 }

@@ -169,6 +169,11 @@ func write(docs []*document) ([]byte, error) {
 		if !d.changed {
 			out.Write(d.raw)
 		} else {
+			if root := d.node.Content[0]; root.Style&yaml.FlowStyle != 0 {
+				// JSON in (kubectl get -o json): block YAML out, rather
+				// than JSON with block-style insertions.
+				block(d.node)
+			}
 			b, err := encode(d.node)
 			if err != nil {
 				return nil, err
@@ -201,4 +206,16 @@ func encode(n *yaml.Node) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// block drops flow style from a tree (and the quotes JSON puts on every
+// key and string; the encoder quotes what needs it).
+func block(n *yaml.Node) {
+	n.Style &^= yaml.FlowStyle
+	if n.Kind == yaml.ScalarNode && n.Style == yaml.DoubleQuotedStyle {
+		n.Style = 0
+	}
+	for _, c := range n.Content {
+		block(c)
+	}
 }
