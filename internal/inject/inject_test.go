@@ -168,6 +168,10 @@ func TestRefusals(t *testing.T) {
 			[]string{"--port 8080 is already a port of the pod"}},
 		{"fenceproxy as a regular container", strings.Replace(read("numeric-port"), "- name: orders\n          image", "- name: fenceproxy\n          image", 1), opts,
 			[]string{"container fenceproxy is a regular container"}},
+		{"a policy of the team admits the app's port", read("numeric-port") + "---\n" + teamPolicy("    - ports:\n        - port: 8080\n"), opts,
+			[]string{"NetworkPolicy/shop/orders-ingress: ingress[0] admits the app's port orders/8080 of Deployment/shop/orders: policies add up"}},
+		{"a policy of the team admits every port", read("numeric-port") + "---\n" + teamPolicy("    - from:\n        - podSelector: {}\n"), opts,
+			[]string{"NetworkPolicy/shop/orders-ingress: ingress[0] admits every port of the pods of Deployment/shop/orders"}},
 		{"no store", read("numeric-port"), Options{Image: "fenceproxy:v0.0.1"}, []string{ErrNoStore.Error()}},
 		{"not YAML", "kind: [Deployment\n", opts, []string{"document 1"}},
 	}
@@ -186,6 +190,29 @@ func TestRefusals(t *testing.T) {
 				t.Errorf("want ErrNoStore, got %v", err)
 			}
 		})
+	}
+}
+
+// teamPolicy is a NetworkPolicy a team wrote for the orders pods, with the
+// given ingress rules.
+func teamPolicy(rules string) string {
+	return "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: orders-ingress\n  namespace: shop\nspec:\n  podSelector:\n    matchLabels:\n      app: orders\n  ingress:\n" + rules
+}
+
+// TestTeamPolicyOnOtherPorts: a policy of the team that admits other ports
+// (not the app's) is left as it is.
+func TestTeamPolicyOnOtherPorts(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("testdata", "in", "numeric-port.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := teamPolicy("    - ports:\n        - port: 9100\n")
+	out, err := Stream(append(in, "---\n"+policy...), Options{Image: "fenceproxy:v0.0.1", RedisURL: "redis://r:6379/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, []byte(policy)) {
+		t.Errorf("the team's policy changed:\n%s", out)
 	}
 }
 

@@ -59,12 +59,6 @@ type workload struct {
 // fenced reports whether the workload has the sidecar once inject is done.
 func (w *workload) fenced() bool { return w.injected || w.selected }
 
-// service is a Service with a selector and the workloads it selects.
-type service struct {
-	obj       *object
-	workloads []*workload
-}
-
 // plan decides everything before changing anything, so that an error
 // leaves no half-injected stream.
 type plan struct {
@@ -108,6 +102,7 @@ func (p *plan) run() error {
 		}
 	}
 	moves := p.planServices()
+	p.checkPolicies()
 	if len(p.problems) > 0 {
 		return errors.Join(p.problems...)
 	}
@@ -224,82 +219,6 @@ func (p *plan) readWorkload(o *object) *workload {
 	return w
 }
 
-func (p *plan) readService(o *object) {
-	var sel map[string]string
-	if n := path(o.node, "spec", "selector"); n != nil {
-		if err := n.Decode(&sel); err != nil {
-			p.fail(o, "spec.selector: %v", err)
-			return
-		}
-	}
-	if len(sel) == 0 {
-		return // selects no pods (its endpoints are managed by hand)
-	}
-	s := &service{obj: o}
-	for _, w := range p.workloads {
-		if w.obj.ns == o.ns && matches(sel, w.podLabels) {
-			s.workloads = append(s.workloads, w)
-			w.services = append(w.services, s)
-		}
-	}
-	if len(s.workloads) > 0 {
-		p.services = append(p.services, s)
-	}
-}
-
-func matches(sel, labels map[string]string) bool {
-	for k, v := range sel {
-		if lv, ok := labels[k]; !ok || lv != v {
-			return false
-		}
-	}
-	return true
-}
-
-// servicePort is one entry of a Service's spec.ports.
-type servicePort struct {
-	node     *yaml.Node
-	label    string // its name, or its number when it has none
-	protocol string
-	// target is its targetPort (its port when unset): a name or a number.
-	target    string
-	targetNum int32
-}
-
-func (s *service) ports() []servicePort {
-	n := path(s.obj.node, "spec", "ports")
-	if n == nil {
-		return nil
-	}
-	var out []servicePort
-	for _, pn := range n.Content {
-		sp := servicePort{node: pn, label: scalar(pn, "name"), protocol: scalar(pn, "protocol")}
-		num := scalar(pn, "port")
-		if sp.label == "" {
-			sp.label = num
-		}
-		sp.target = scalar(pn, "targetPort")
-		if sp.target == "" {
-			sp.target = num
-		}
-		if n, err := strconv.Atoi(sp.target); err == nil {
-			sp.targetNum = int32(n)
-		}
-		out = append(out, sp)
-	}
-	return out
-}
-
-// resolve finds the app port a Service port sends to, among w's ports.
-func (sp servicePort) resolve(w *workload) (port, bool) {
-	for _, ap := range w.ports {
-		if (sp.targetNum != 0 && ap.number == sp.targetNum) || (sp.targetNum == 0 && ap.name == sp.target) {
-			return ap, true
-		}
-	}
-	return port{}, false
-}
-
 // choosePorts decides the app's port and fenceproxy's two ports for w.
 func (p *plan) choosePorts(w *workload) {
 	want, told := p.opts.AppPorts[w.obj.name]
@@ -377,69 +296,6 @@ func portList(ps []port) string {
 		s = append(s, p.String())
 	}
 	return strings.Join(s, ", ")
-}
-
-// move is a Service port whose targetPort becomes fenceproxy's data port.
-type move struct {
-	svc  *service
-	port *yaml.Node
-	to   int32
-}
-
-// planServices decides, for each Service selecting a fenced workload, which
-// ports move to fenceproxy; a port that would reach the app any other way
-// is a problem.
-func (p *plan) planServices() []move {
-	var moves []move
-	for _, s := range p.services {
-		var fenced, plain []string
-		for _, w := range s.workloads {
-			if w.fenced() {
-				fenced = append(fenced, w.obj.String())
-			} else {
-				plain = append(plain, w.obj.String())
-			}
-		}
-		if len(fenced) == 0 {
-			continue
-		}
-		if len(plain) > 0 {
-			p.fail(s.obj, "selects %s, which get fenceproxy, and %s, which do not: half its traffic would skip the fence; inject them all (drop --workload) or split the Service", strings.Join(fenced, ", "), strings.Join(plain, ", "))
-			continue
-		}
-		for _, sp := range s.ports() {
-			var to int32
-			ok := true
-			for _, w := range s.workloads {
-				if w.data == 0 {
-					// Injected before without the usual port (the checks
-					// judge it), or its ports were refused above.
-					continue
-				}
-				switch ap, found := sp.resolve(w); {
-				case sp.target == DataPortName || (sp.targetNum != 0 && sp.targetNum == w.data):
-					continue // already fenceproxy's
-				case sp.protocol != "" && sp.protocol != "TCP":
-					p.fail(s.obj, "port %s is %s: fenceproxy serves TCP only, and its NetworkPolicy admits nothing else; remove the port", sp.label, sp.protocol)
-				case found && ap == w.app, !found && sp.targetNum != 0 && sp.targetNum == w.app.number:
-					if to != 0 && to != w.data {
-						p.fail(s.obj, "port %s selects workloads whose fenceproxy ports differ (%d, %d): give --port so they share one", sp.label, to, w.data)
-					}
-					to = w.data
-					continue
-				case found:
-					p.fail(s.obj, "port %s targets %s of %s, which fenceproxy does not front: the NetworkPolicy would block it. Remove the port from the Service, or give --app-port if it is the app's", sp.label, ap, w.obj)
-				default:
-					p.fail(s.obj, "port %s targets %s, which is no port of %s's app (%s): nothing would answer through the sidecar", sp.label, sp.target, w.obj, w.app)
-				}
-				ok = false
-			}
-			if ok && to != 0 {
-				moves = append(moves, move{svc: s, port: sp.node, to: to})
-			}
-		}
-	}
-	return moves
 }
 
 // inject adds the sidecar, its volume, label and annotations to w's pods.
