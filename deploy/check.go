@@ -218,6 +218,7 @@ func checkFenced(wp problems, idx *index, w workload, c *corev1.Container) Fence
 		f.Redis = checkStore(p, idx, w, c, cfg)
 	}
 	f.Services, f.NetworkPolicies = checkExposure(wp, idx, w, c, upstreamPort)
+	checkAppProbes(wp, w, c)
 	return f
 }
 

@@ -14,10 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// checkExposure checks every way into the pod: only the sidecar declares
-// ports, the app listens on loopback, Services and NetworkPolicies admit
-// only the sidecar's ports. It returns the Services and NetworkPolicies that
-// select the pod.
+// checkExposure checks every way into the pod: Services and NetworkPolicies
+// admit only the sidecar's ports, and the app cannot be reached but through
+// the sidecar, either because it listens on loopback only and declares no
+// port, or because NetworkPolicies admit ingress to the sidecar's ports
+// alone (what `fenceproxy inject` writes). It returns the Services and
+// NetworkPolicies that select the pod.
 func checkExposure(p problems, idx *index, w workload, sidecar *corev1.Container, upstreamPort int32) (services, policies []string) {
 	podLabels := labels.Set(w.meta.Labels)
 	sidecarPort := func(port intstr.IntOrString) bool {
@@ -27,25 +29,68 @@ func checkExposure(p problems, idx *index, w workload, sidecar *corev1.Container
 		return slices.ContainsFunc(sidecar.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == port.IntVal })
 	}
 
-	// Only the sidecar offers ports; the app listens on loopback, explicitly.
+	// NetworkPolicies are additive: the pod is guarded only if every one
+	// that selects it admits the sidecar's ports alone.
+	guarded := true
+	for _, np := range ingressPolicies(idx, w.ns, podLabels) {
+		policies = append(policies, np.Name)
+		for i, rule := range np.Spec.Ingress {
+			if len(rule.Ports) == 0 {
+				p.add("NetworkPolicy %s ingress[%d] admits every port (it lists no ports), the app's too: list the sidecar's ports.", np.Name, i)
+				guarded = false
+			}
+			for _, port := range rule.Ports {
+				switch wide := widePort(port); {
+				case wide != "":
+					p.add("NetworkPolicy %s ingress[%d] admits %s.", np.Name, i, wide)
+					guarded = false
+				case !sidecarPort(*port.Port):
+					p.add("NetworkPolicy %s ingress[%d] admits port %s, not a port of the sidecar.", np.Name, i, port.Port.String())
+					guarded = false
+				case resolvePort(sidecar, *port.Port) != resolvePort(sidecar, intstr.FromString(DataPortName)) && len(rule.From) == 0:
+					p.warn("NetworkPolicy %s ingress[%d] admits the admin port %s from everyone (it lists no from): restrict it to Prometheus.", np.Name, i, port.Port.String())
+				}
+			}
+		}
+	}
+	guarded = guarded && len(policies) > 0
+
+	// Without that guard, only loopback keeps the app's port in the pod:
+	// the app declares no port and listens on loopback, explicitly.
+	const either = "either the app listens on loopback only and declares no port, or a NetworkPolicy admits ingress to the sidecar's ports alone (fenceproxy inject writes one)"
+	exposed := 0
 	listens := 0
 	for _, c := range allContainers(w.spec) {
 		if c == sidecar {
 			continue
 		}
 		for _, cp := range c.Ports {
-			p.add("container %s declares port %d: only the sidecar's ports may be declared (a Service could target it).", c.Name, cp.ContainerPort)
+			exposed++
+			if !guarded {
+				p.add("container %s declares port %d and no NetworkPolicy keeps it from outside the pod (a Service or client could reach the app past the sidecar): %s.", c.Name, cp.ContainerPort, either)
+			}
 		}
 		for _, a := range listenAddrs(c, upstreamPort) {
 			host, _, _ := net.SplitHostPort(a)
 			if !isLoopback(host) {
-				p.add("container %s listens on %q (its command, args or env): the app must listen on loopback only (127.0.0.1:%d).", c.Name, a, upstreamPort)
+				exposed++
+				if !guarded {
+					p.add("container %s listens on %q (its command, args or env) and no NetworkPolicy keeps that port from outside the pod: %s (127.0.0.1:%d).", c.Name, a, either, upstreamPort)
+				}
 			}
 			listens++
 		}
 	}
-	if upstreamPort != 0 && listens == 0 {
-		p.add("no app container's command, args or env name its listen address 127.0.0.1:%d: the app's default may be every interface; make the loopback address explicit.", upstreamPort)
+	if upstreamPort != 0 && listens == 0 && !guarded {
+		exposed++
+		p.add("no app container's command, args or env name its listen address 127.0.0.1:%d, and no NetworkPolicy guards the pod: the app's default may be every interface; make the loopback address explicit, or add a NetworkPolicy admitting the sidecar's ports alone.", upstreamPort)
+	}
+	if len(policies) == 0 {
+		if exposed > 0 {
+			p.add("no NetworkPolicy restricts ingress to the pods: any other port (the app's, should it listen beyond loopback) is open.")
+		} else {
+			p.warn("no NetworkPolicy restricts ingress to the pods: the app is on loopback, but a NetworkPolicy admitting the sidecar's ports alone would keep it so should that change.")
+		}
 	}
 
 	for _, svc := range selectingServices(idx, w.ns, podLabels) {
@@ -56,28 +101,6 @@ func checkExposure(p problems, idx *index, w workload, sidecar *corev1.Container
 				p.add("Service %s port %s has targetPort %s, not a port of the sidecar: requests would skip the fence.", svc.Name, servicePortName(sp), tp.String())
 			}
 		}
-	}
-
-	for _, np := range ingressPolicies(idx, w.ns, podLabels) {
-		policies = append(policies, np.Name)
-		for i, rule := range np.Spec.Ingress {
-			if len(rule.Ports) == 0 {
-				p.add("NetworkPolicy %s ingress[%d] admits every port (it lists no ports), the app's too: list the sidecar's ports.", np.Name, i)
-			}
-			for _, port := range rule.Ports {
-				switch wide := widePort(port); {
-				case wide != "":
-					p.add("NetworkPolicy %s ingress[%d] admits %s.", np.Name, i, wide)
-				case !sidecarPort(*port.Port):
-					p.add("NetworkPolicy %s ingress[%d] admits port %s, not a port of the sidecar.", np.Name, i, port.Port.String())
-				case resolvePort(sidecar, *port.Port) != resolvePort(sidecar, intstr.FromString(DataPortName)) && len(rule.From) == 0:
-					p.warn("NetworkPolicy %s ingress[%d] admits the admin port %s from everyone (it lists no from): restrict it to Prometheus.", np.Name, i, port.Port.String())
-				}
-			}
-		}
-	}
-	if len(policies) == 0 {
-		p.add("no NetworkPolicy restricts ingress to the pods: any other port (the app's, should it listen beyond loopback) is open.")
 	}
 	return services, policies
 }

@@ -202,12 +202,17 @@ func sampleBreaks() []checkCase {
 		{"routes file elsewhere", func(s *sample) { setEnv(s, "FENCE_ROUTES_FILE", "/etc/other/routes.yaml") }, "no volume is mounted there", errLevel},
 		{"routes file misnamed", func(s *sample) { setEnv(s, "FENCE_ROUTES_FILE", "/etc/fenceproxy/routes.yml") }, `has no file "routes.yml"`, errLevel},
 		{"routes not mounted", func(s *sample) { s.sidecar.VolumeMounts = nil }, "no volume is mounted there", errLevel},
-		// The app behind the sidecar.
+		// The app behind the sidecar: on loopback (these cases), or
+		// declaring its port behind a NetworkPolicy (TestEitherLoopbackOrPolicy).
 		{"upstream not on loopback", func(s *sample) { setEnv(s, "FENCE_UPSTREAM_URL", "http://sample-app:5678") }, "must be the app on the pod's loopback", errLevel},
-		{"app on every interface", func(s *sample) { s.appC.Args[0] = "-listen=:5678" }, `listens on ":5678"`, errLevel},
-		{"app on the pod IP", func(s *sample) { s.appC.Args[0] = "-listen=0.0.0.0:5678" }, `listens on "0.0.0.0:5678"`, errLevel},
-		{"app listen address implicit", func(s *sample) { s.appC.Args = s.appC.Args[1:] }, "make the loopback address explicit", errLevel},
+		{"app on every interface", func(s *sample) { s.without("NetworkPolicy", "sample-app-ingress"); s.appC.Args[0] = "-listen=:5678" }, `listens on ":5678"`, errLevel},
+		{"app on the pod IP", func(s *sample) {
+			s.without("NetworkPolicy", "sample-app-ingress")
+			s.appC.Args[0] = "-listen=0.0.0.0:5678"
+		}, `listens on "0.0.0.0:5678"`, errLevel},
+		{"app listen address implicit", func(s *sample) { s.without("NetworkPolicy", "sample-app-ingress"); s.appC.Args = s.appC.Args[1:] }, "make the loopback address explicit", errLevel},
 		{"app declares its port", func(s *sample) {
+			s.policy.Spec.Ingress[0].Ports = nil
 			s.appC.Ports = []corev1.ContainerPort{{Name: "app", ContainerPort: 5678}}
 		}, "declares port 5678", errLevel},
 		{"upstream is the sidecar", func(s *sample) { setEnv(s, "FENCE_UPSTREAM_URL", "http://127.0.0.1:8080") }, "is the sidecar's own port", errLevel},
@@ -227,13 +232,41 @@ func sampleBreaks() []checkCase {
 		{"policy admits the app port", func(s *sample) { s.policy.Spec.Ingress[0].Ports[0].Port = ptr.To(intstr.FromInt32(5678)) }, "admits port 5678", errLevel},
 		{"policy admits a range", func(s *sample) { s.policy.Spec.Ingress[0].Ports[0].EndPort = ptr.To[int32](9000) }, "port range", errLevel},
 		{"admin port open to all", func(s *sample) { s.policy.Spec.Ingress[1].From = nil }, "admin port 9090 from everyone", warnLevel},
-		{"no policy", func(s *sample) { s.without("NetworkPolicy", "sample-app-ingress") }, "no NetworkPolicy restricts ingress", errLevel},
+		// Without a policy, the app on loopback is enough (a warning); an
+		// app that declares or opens its port needs the policy.
+		{"no policy", func(s *sample) { s.without("NetworkPolicy", "sample-app-ingress") }, "no NetworkPolicy restricts ingress to the pods: the app is on loopback", warnLevel},
 		{"policy selects other pods", func(s *sample) {
 			s.policy.Spec.PodSelector.MatchLabels = map[string]string{"app.kubernetes.io/name": "other"}
-		}, "no NetworkPolicy restricts ingress", errLevel},
+		}, "no NetworkPolicy restricts ingress", warnLevel},
 		{"egress-only policy", func(s *sample) {
 			s.policy.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
-		}, "no NetworkPolicy restricts ingress", errLevel},
+		}, "no NetworkPolicy restricts ingress", warnLevel},
+		{"no policy, app declares its port", func(s *sample) {
+			s.without("NetworkPolicy", "sample-app-ingress")
+			s.appC.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 5678}}
+		}, "declares port 5678 and no NetworkPolicy keeps it from outside the pod", errLevel},
+		{"no policy, app on every interface", func(s *sample) {
+			s.without("NetworkPolicy", "sample-app-ingress")
+			s.appC.Args[0] = "-listen=:5678"
+		}, "no NetworkPolicy restricts ingress to the pods: any other port", errLevel},
+		{"policy admits the app port, app on every interface", func(s *sample) {
+			s.policy.Spec.Ingress[0].Ports[0].Port = ptr.To(intstr.FromInt32(5678))
+			s.appC.Args[0] = "-listen=:5678"
+		}, `listens on ":5678" (its command, args or env) and no NetworkPolicy keeps that port`, errLevel},
+		// The app's own probes: the kubelet dials the pod IP from the node,
+		// and resolves a named port among the container's own ports.
+		{"app probe on its loopback port", func(s *sample) {
+			s.appC.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(5678)}}}
+		}, "readinessProbe.httpGet.port 5678: the app listens on 127.0.0.1:5678, loopback only", errLevel},
+		{"app probe names a port it no longer declares", func(s *sample) {
+			s.appC.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromString("http")}}}
+		}, `livenessProbe.httpGet.port "http" names no port of the container (it declares none)`, errLevel},
+		{"app tcp probe on the node's loopback", func(s *sample) {
+			s.appC.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Host: "127.0.0.1", Port: intstr.FromInt32(5679)}}}
+		}, `startupProbe.tcpSocket.host "127.0.0.1" is the node's loopback`, errLevel},
+		{"app grpc probe on its loopback port", func(s *sample) {
+			s.appC.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 5678}}}
+		}, "livenessProbe.grpc.port 5678", errLevel},
 		{"another policy admits all", func(s *sample) {
 			np := s.policy.DeepCopy()
 			np.Name = "allow-all"

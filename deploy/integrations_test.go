@@ -620,7 +620,9 @@ func TestEnvoyChecksCanFail(t *testing.T) {
 // fenceproxy authz on Kubernetes (integrations/authz): the workload the
 // Istio, Traefik and ingress-nginx examples call.
 
-var authzDir = filepath.Join(integrationsDir, "authz")
+// The authz tests check the variant with its own Redis, so that the checks
+// of that Redis run too; TestAuthzExistingRedis checks the default.
+var authzDir = filepath.Join("examples", "authz-bundled-redis")
 
 // authzObjects are the authz kustomization's objects, for a test to change.
 type authzObjects struct {

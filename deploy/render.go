@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,10 +66,25 @@ func kustomizer() *krusty.Kustomizer {
 	return krusty.MakeKustomizer(opts)
 }
 
+// ErrNoEnvGenerator is returned by Build when a kustomization includes the
+// component deploy/base without generating the ConfigMap fenceproxy-env
+// that the component merges fenceproxy's ports into (Kustomize itself only
+// says that the ConfigMap "does not exist; cannot merge or replace").
+var ErrNoEnvGenerator = errors.New("the fenceproxy component (deploy/base) merges its settings into a ConfigMap fenceproxy-env that your kustomization must generate: add\n" +
+	"  configMapGenerator:\n" +
+	"    - name: fenceproxy-env\n" +
+	"      literals:\n" +
+	"        - FENCE_UPSTREAM_URL=http://127.0.0.1:<app port>\n" +
+	"        - FENCE_REDIS_URL=redis://<redis host>:6379/0\n" +
+	"(see deploy/examples/sample-app/kustomization.yaml)")
+
 // Build runs Kustomize on the kustomization in dir, from disk.
 func Build(dir string) (resmap.ResMap, error) {
 	m, err := kustomizer().Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
+		if msg := err.Error(); strings.Contains(msg, "cannot merge or replace") && strings.Contains(msg, "fenceproxy-env") {
+			return nil, fmt.Errorf("kustomize build %s: %w\n(kustomize: %v)", dir, ErrNoEnvGenerator, err)
+		}
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
 	return m, nil
@@ -135,7 +151,7 @@ func DecodeJSON(data []byte) (Object, error) {
 	o := Object{GVK: gv.WithKind(meta.Kind), Namespace: meta.Metadata.Namespace, Name: meta.Metadata.Name}
 	mk, ok := Kinds[o.GVK]
 	if !ok {
-		return Object{}, fmt.Errorf("%s: unknown kind %s (known: %v)", o, o.GVK, knownKinds())
+		return Object{}, &UnknownKindError{Object: o.String(), GVK: o.GVK.String()}
 	}
 	o.Obj = mk()
 	strict, err := json.UnmarshalStrict(data, o.Obj)

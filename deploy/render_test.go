@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -159,4 +160,36 @@ func splitYAML(stream []byte) [][]byte {
 		}
 	}
 	return docs
+}
+
+// TestMissingEnvGenerator: a kustomization that includes the component but
+// forgets the fenceproxy-env generator fails with ErrNoEnvGenerator, which
+// says what to add, instead of Kustomize's bare "cannot merge or replace".
+func TestMissingEnvGenerator(t *testing.T) {
+	dir := t.TempDir()
+	base, err := filepath.Abs("base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := os.ReadFile(filepath.Join(sampleDir, "app.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kz := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - app.yaml\ncomponents:\n  - " + filepath.ToSlash(rel) + "\n"
+	for name, data := range map[string]string{"kustomization.yaml": kz, "app.yaml": string(app)} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = Build(dir)
+	if !errors.Is(err, ErrNoEnvGenerator) {
+		t.Fatalf("want ErrNoEnvGenerator, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "- name: fenceproxy-env") {
+		t.Errorf("the error does not show the generator to add: %v", err)
+	}
 }

@@ -59,7 +59,7 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `usage: fenceproxy [serve | authz | check [--connect] | store init | marks get|list|raise|reset | token keygen|sign | demo [flags] | version | help]
+const usage = `usage: fenceproxy [serve | authz | check [--connect] | store init | marks get|list|raise|reset | token keygen|sign | inject [flags] [FILE...] | demo [flags] | version | help]
 
   serve     run the proxy (the default)
   authz     answer fencing decisions for a proxy you already run (nginx
@@ -76,6 +76,8 @@ const usage = `usage: fenceproxy [serve | authz | check [--connect] | store init
             (each with -h for its usage)
   token     keygen: write a signing key (private JWK and public JWK Set);
             sign: print a signed token for --fence N (each with -h)
+  inject    add fenceproxy to Kubernetes YAML (stdin or files): a native
+            sidecar, the Services sent to it, a NetworkPolicy (-h)
   demo      replay the stale-lease story against a real fenceproxy, then keep
             serving it (flags: -once, -listen addr, -pause duration; -h)
   version   print the version (also --version)
@@ -102,6 +104,8 @@ func run(ctx context.Context, args []string, environ map[string]string, stdout, 
 		return marksCmd(ctx, args, environ, stdout, stderr)
 	case "token":
 		return tokenCmd(args, stdout, stderr)
+	case "inject":
+		return injectCmd(args, os.Stdin, stdout)
 	case "help", "-h", "--help":
 		return help(args, stdout)
 	}

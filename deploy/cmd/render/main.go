@@ -12,6 +12,14 @@
 //	cd deploy
 //	go run ./cmd/render examples/sample-app                 # the YAML, ready for kubectl apply -f -
 //	go run ./cmd/render -check examples/sample-app > /dev/null
+//
+// A FILE instead of a directory is a YAML stream already rendered (the
+// output of `fenceproxy inject` or `helm template`): render prints it as it
+// is and, with -check, decodes and checks it the same way; objects of kinds
+// the checks do not read are named on stderr and left out.
+//
+//	fenceproxy inject --redis-url redis://redis:6379/0 app.yaml > fenced.yaml
+//	go run ./cmd/render -check fenced.yaml > /dev/null
 package main
 
 import (
@@ -37,7 +45,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	check := fs.Bool("check", false, "decode every object strictly and run the deploy checks; report errors and warnings on stderr, fail on errors")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: render [-check] DIR...   (a directory holding a kustomization.yaml)")
+		fmt.Fprintln(stderr, "usage: render [-check] DIR|FILE...   (a directory holding a kustomization.yaml, or a YAML file)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -49,11 +57,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	var failed []error
 	for i, dir := range fs.Args() {
-		m, err := deploy.Build(dir)
-		if err != nil {
-			return err
-		}
-		out, err := m.AsYaml()
+		out, decode, err := load(dir)
 		if err != nil {
 			return err
 		}
@@ -66,7 +70,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if !*check {
 			continue
 		}
-		objs, err := deploy.Decode(m)
+		objs, skipped, err := decode()
+		for _, s := range skipped {
+			fmt.Fprintf(stderr, "%s: not checked: %s (a kind the checks do not read)\n", dir, s)
+		}
 		if err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", dir, err))
 			continue
@@ -87,6 +94,30 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "%s: %d objects, checks passed (%s)\n", dir, len(objs), count(len(warns), "warning"))
 	}
 	return errors.Join(failed...)
+}
+
+// load renders a kustomization directory, or reads a YAML file, and
+// returns the YAML to print and how to decode its objects.
+func load(path string) (out []byte, decode func() ([]deploy.Object, []string, error), err error) {
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		return data, func() ([]deploy.Object, []string, error) { return deploy.DecodeStream(data) }, nil
+	}
+	m, err := deploy.Build(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err = m.AsYaml()
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, func() ([]deploy.Object, []string, error) {
+		objs, err := deploy.Decode(m)
+		return objs, nil, err
+	}, nil
 }
 
 // count is "1 error", "2 errors".

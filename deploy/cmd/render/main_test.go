@@ -58,6 +58,10 @@ func TestCheckLevels(t *testing.T) {
 			[]string{"checks passed (0 warnings)"}, "warning:"},
 		{"hardening warnings only", kustomization(t, plainContainer), false,
 			[]string{": warning: Deployment/demo/app: container app: securityContext.runAsNonRoot must be true.", "checks passed ("}, "error:"},
+		// A file: what fenceproxy inject wrote for a team's manifests (its
+		// app containers draw hardening warnings; the autoscaler is named).
+		{"an injected file", filepath.Join("..", "..", "..", "internal", "inject", "testdata", "out", "named-port.yaml"), false,
+			[]string{"not checked: HorizontalPodAutoscaler/payments", "checks passed ("}, "error:"},
 		{"an error", kustomization(t, "      hostNetwork: true\n"+plainContainer), true,
 			[]string{": error: Deployment/demo/app: spec.template.spec.hostNetwork is true", ": warning: Deployment/demo/app: container app: securityContext.runAsNonRoot must be true.", "1 error, 8 warnings"}, "checks passed"},
 	} {
