@@ -233,6 +233,8 @@ func TestLoadInvalid(t *testing.T) {
 		want string            // a substring of the one expected problem
 	}{
 		{"upstream missing", map[string]string{"FENCE_UPSTREAM_URL": ""}, "FENCE_UPSTREAM_URL: required"},
+		{"key prefix a hash tag first", map[string]string{"FENCE_KEY_PREFIX": "{fence}:"}, `FENCE_KEY_PREFIX: "{fence}:" begins with '{'`},
+		{"key prefix a brace first", map[string]string{"FENCE_KEY_PREFIX": "{"}, `FENCE_KEY_PREFIX: "{" begins with '{'`},
 		{"drain not on or off", map[string]string{"FENCE_DRAIN": "true"}, `FENCE_DRAIN: "true" must be on or off`},
 		{"mark cache negative", map[string]string{"FENCE_MARK_CACHE": "-1"}, `FENCE_MARK_CACHE: "-1" must be a whole number`},
 		{"token leeway negative", map[string]string{"FENCE_TOKEN_LEEWAY": "-1s"}, `FENCE_TOKEN_LEEWAY: "-1s" must be a duration from 0s to 1h`},

@@ -24,6 +24,10 @@ type Store struct {
 	// identity is the store's identity record ("" none), expect the one
 	// every admission must find ("" no check).
 	identity, expect string
+	// gen is the store's generation, op the generation of the last
+	// operator change of marks (fencestore/generation.go); seen is the
+	// greatest generation admissions have seen, as a replica remembers it.
+	gen, op, seen uint64
 	// flights is the drain barrier: the store lives in one process, so
 	// does the barrier.
 	flights fencestore.LocalFlights
@@ -56,10 +60,24 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	if s.expect != "" && s.identity != s.expect {
 		return fencestore.Decision{}, &fencestore.LostError{Want: s.expect, Found: s.identity}
 	}
+	if s.expect != "" {
+		if err := fencestore.Rollback(s.expect, s.seen, s.gen); err != nil {
+			return fencestore.Decision{}, err
+		}
+	}
 	mark, ok := s.marks[a.Resource]
-	d, next, write := a.Decide(mark, ok)
+	op := s.op
+	if s.expect == "" {
+		op = 0 // as the Redis store: the generation goes with the identity
+	}
+	d, next, write := a.DecideAfter(mark, ok, op)
 	if write {
 		s.marks[a.Resource] = next
+		s.gen++
+	}
+	if s.expect != "" {
+		s.seen = max(s.seen, s.gen)
+		d.Generation = s.gen
 	}
 	return d, nil
 }

@@ -134,7 +134,7 @@ func TestScriptReleasePublishes(t *testing.T) {
 	enter := func(token, seq, id string) string {
 		t.Helper()
 		r, err := c.Eval(ctx, admit, []string{key, fkey}, token, "ge", seq, "60000 "+id, "").Slice()
-		if err != nil || len(r) != 6 || r[0] != int64(1) {
+		if err != nil || len(r) != 7 || r[0] != int64(1) {
 			t.Fatalf("admit %s: %v, %v", token, r, err)
 		}
 		return r[2].(string)

@@ -24,6 +24,8 @@ var (
 	releaseFile string
 	//go:embed check.lua
 	checkSource string
+	//go:embed marklost.lua
+	markLostSource string
 
 	admitSource   = marksLib + admitFile
 	releaseSource = marksLib + releaseFile
@@ -33,4 +35,6 @@ var (
 	resetScript   = redis.NewScript(marksLib + resetFile)
 	releaseScript = redis.NewScript(releaseSource)
 	checkScript   = redis.NewScript(checkSource)
+	// markLostScript needs none of marks.lua.
+	markLostScript = redis.NewScript(markLostSource)
 )

@@ -1,0 +1,222 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+// The store generation (fencestore/generation.go) on Redis: a hash beside
+// each identity record, field g the generation and op the generation of
+// the operator's last Raise or Reset. admit.lua reads it with the identity
+// record, refuses the run when g is below the generation the replica has
+// seen there (passed in as an argument: no round trip of its own), and
+// advances g in the same run when it writes a mark; raise.lua and reset.lua
+// advance g and set op. Its name begins with '{', as every key that is not
+// a mark does (keys.go), so no resource name under a valid prefix spells
+// it:
+//
+//	{<prefix>}:generation           single server, Sentinel
+//	{<prefix><tag>}:generation      Cluster, the slot's own (slots.go)
+//	{<tag>}:generation:<prefix>     a prefix with a hash tag <tag>
+//
+// A Ring keeps no generation (each shard would need its own, which a
+// replica cannot tell apart by name): its admissions check the identity
+// only.
+
+const generationSuffix = ":generation"
+
+// generationFor is the generation key an admission of key checks and
+// advances, and its part of Store.gens; "" when the store keeps none.
+func (s *Store) generationFor(key string) (string, int) {
+	switch {
+	case s.records != nil:
+		slot := keySlot(key)
+		return s.records.generation(slot), slot
+	case s.recordsErr != nil:
+		return "", 0
+	}
+	if _, ring := s.client.(*redis.Ring); ring {
+		return "", 0
+	}
+	return besideKey(s.prefix, generationSuffix), 0
+}
+
+// generation is the generation key of slot.
+func (r *slotRecords) generation(slot int) string {
+	t := r.tags[slot]
+	return "{" + r.prefix + string(t[:]) + "}" + generationSuffix
+}
+
+// Generation returns the generation of the part of the store that holds
+// resource, and the generation of the operator's last change of marks
+// there.
+func (s *Store) Generation(ctx context.Context, resource string) (gen, op uint64, err error) {
+	key, err := s.markKey("generation", resource)
+	if err != nil {
+		return 0, 0, err
+	}
+	gkey, _ := s.generationFor(key)
+	if gkey == "" {
+		return 0, 0, nil
+	}
+	c, err := s.keyClient(ctx, gkey)
+	if err != nil {
+		return 0, 0, fencestore.Unavailable(fmt.Errorf("redisstore: generation: %w", err))
+	}
+	return readGeneration(ctx, c, gkey)
+}
+
+// readGeneration reads the generation hash gkey through c.
+func readGeneration(ctx context.Context, c redis.Cmdable, gkey string) (gen, op uint64, err error) {
+	v, err := c.HMGet(ctx, gkey, "g", "op").Result()
+	if err != nil {
+		return 0, 0, fencestore.Unavailable(fmt.Errorf("redisstore: generation %q: %w", gkey, err))
+	}
+	var out [2]uint64
+	for i, x := range v {
+		if x == nil {
+			continue
+		}
+		text, _ := x.(string)
+		n, f := fencestore.ParseDecimal(text)
+		if f != fencestore.DecimalOK {
+			return 0, 0, fencestore.Unavailable(fmt.Errorf("redisstore: corrupt generation %q at %q", text, gkey))
+		}
+		out[i] = n
+	}
+	return out[0], out[1], nil
+}
+
+// pingGenerations compares the generation of the parts Ping reads (the
+// one part, or the first slot of each range a Cluster master serves) with
+// the greatest seen there: an idle replica notices a store gone back in
+// time too.
+func (s *Store) pingGenerations(ctx context.Context, want string, slots []int) error {
+	if s.records == nil {
+		gkey, part := s.generationFor(s.prefix + "x")
+		if gkey == "" {
+			return nil
+		}
+		c, err := s.keyClient(ctx, gkey)
+		if err != nil {
+			return fencestore.Unavailable(fmt.Errorf("redisstore: generation: %w", err))
+		}
+		g, _, err := readGeneration(ctx, c, gkey)
+		if err != nil {
+			return err
+		}
+		return fencestore.Rollback(want, s.gens.Seen(part), g)
+	}
+	for _, slot := range slots {
+		gkey := s.records.generation(slot)
+		c, err := s.keyClient(ctx, gkey)
+		if err != nil {
+			return fencestore.Unavailable(fmt.Errorf("redisstore: generation: %w", err))
+		}
+		g, _, err := readGeneration(ctx, c, gkey)
+		if err != nil {
+			return err
+		}
+		if err := fencestore.Rollback(want, s.gens.Seen(slot), g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MarkLost writes a lost record in place of the identity record (every
+// copy of it on a Cluster or Ring), except where the record supersedes
+// want (an operator forced it since): marklost.lua decides per copy. It
+// returns the record the first copy holds after it.
+func (s *Store) MarkLost(ctx context.Context, want string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fencestore.Unavailable(err)
+	}
+	lost := fencestore.LostRecord()
+	run := func(c redis.Scripter, key string) (string, error) {
+		return markLostScript.Run(ctx, c, []string{key}, lost, want).Text()
+	}
+	var (
+		held string
+		err  error
+	)
+	switch ring, isRing := s.client.(*redis.Ring); {
+	case s.recordsErr != nil:
+		return "", s.recordsErr
+	case s.records != nil:
+		pipe := s.client.Pipeline()
+		cmds := make([]*redis.Cmd, clusterSlots)
+		for slot := range clusterSlots {
+			cmds[slot] = markLostScript.Eval(ctx, pipe, []string{s.records.name(slot)}, lost, want)
+		}
+		_, err = pipe.Exec(ctx)
+		if err == nil {
+			held, err = cmds[0].Text()
+		}
+	case isRing:
+		var nodes []node
+		if nodes, err = s.nodes(ctx); err == nil {
+			for i, n := range nodes {
+				c, _ := n.c.(redis.Scripter)
+				var v string
+				if v, err = run(c, s.prefix); err != nil {
+					break
+				}
+				if i == 0 {
+					held = v
+				}
+			}
+		}
+		_ = ring
+	default:
+		held, err = run(s.client, s.prefix)
+	}
+	if err != nil {
+		return "", fencestore.Unavailable(fmt.Errorf("redisstore: mark lost: %w", err))
+	}
+	return held, nil
+}
+
+// besideKey names a key kept beside key (in its slot) for something else
+// than a mark: "{<tag>}<suffix>:<key>" when key has a hash tag, else
+// "{<key>}<suffix>" when key has no '}', else "{}<suffix>:<key>" (no slot
+// of its own: only a single server can use it). Each form begins with '{',
+// which no mark key under a valid prefix does (keys.go), and each can be
+// read back to the one key it serves.
+func besideKey(key, suffix string) string {
+	if tag, ok := hashTag(key); ok {
+		return "{" + tag + "}" + suffix + ":" + key
+	}
+	if !strings.Contains(key, "}") && key != "" {
+		return "{" + key + "}" + suffix
+	}
+	return "{}" + suffix + ":" + key
+}
+
+// hashTag is key's hash tag, when it has one (Redis's rule: the first
+// '{', then the first '}' after it, something between).
+func hashTag(key string) (string, bool) {
+	s := strings.IndexByte(key, '{')
+	if s < 0 {
+		return "", false
+	}
+	e := strings.IndexByte(key[s+1:], '}')
+	if e <= 0 {
+		return "", false
+	}
+	return key[s+1 : s+1+e], true
+}
+
+// errGenerationRefused is in the error of Init with force on a store that
+// is not lost.
+var _ = errors.New
+
+// genArg formats a generation for a script.
+func genArg(g uint64) string { return strconv.FormatUint(g, 10) }
