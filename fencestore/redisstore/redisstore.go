@@ -70,7 +70,7 @@ type Store struct {
 	// before). On a Cluster whose prefix has no hash tag, records names
 	// the record of every slot (slots.go), or recordsErr says why it
 	// cannot; spellable says a mark key could be a record's name.
-	expect     atomic.Pointer[string]
+	expect atomic.Pointer[string]
 	// gens is the greatest generation seen per slot (one part off a
 	// Cluster): generation.go.
 	gens       *fencestore.Generations
