@@ -359,7 +359,9 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	return m.Token, ok, err
 }
 
-// Ping reports whether the file is open and readable.
+// Ping reports whether the file is open and readable, and, once Expect
+// named an identity, whether it is still there and the generation has not
+// gone back (a *fencestore.LostError).
 func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Unavailable(err)
@@ -368,8 +370,13 @@ func (s *Store) Ping(ctx context.Context) error {
 		if tx.Bucket(bucket) == nil {
 			return errors.New("bucket missing")
 		}
-		return nil
+		_, _, err := s.lost(tx)
+		return err
 	})
+	var lost *fencestore.LostError
+	if errors.As(err, &lost) {
+		return lost
+	}
 	if err != nil {
 		return fencestore.Unavailable(fmt.Errorf("boltstore: ping: %w", err))
 	}

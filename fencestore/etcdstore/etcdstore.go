@@ -51,6 +51,9 @@ type Store struct {
 	drainPoll time.Duration
 	// expect is the identity every admission must find ("" none).
 	expect atomic.Pointer[string]
+	// gens is the greatest revision seen (the etcd store's generation:
+	// keeper.go).
+	gens *fencestore.Generations
 
 	// The drain barrier (flight.go): records are named by replica and a
 	// count, and attached to the leases in leases.
@@ -100,6 +103,7 @@ func New(client *clientv3.Client, opts Options) *Store {
 		drainPoll: poll,
 		replica:   hex.EncodeToString(r[:]),
 		done:      make(chan struct{}),
+		gens:      fencestore.NewGenerations(1),
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.leases.s = s
@@ -217,7 +221,16 @@ func (s *Store) decide(ctx context.Context, q *queued) (fencestore.Decision, err
 	case r.lost:
 		return fencestore.Decision{}, &fencestore.LostError{Want: q.expect, Found: r.found}
 	}
-	return q.p.interpret(r.rev, r.rs)
+	if q.expect != "" {
+		if err := s.revision(q.expect, r.rev); err != nil {
+			return fencestore.Decision{}, err
+		}
+	}
+	d, err := q.p.interpret(r.rev, r.rs)
+	if err == nil && q.expect != "" {
+		d.Generation = uint64(r.rev)
+	}
+	return d, err
 }
 
 // Mark returns the resource's mark token, and false when it has none.
@@ -232,8 +245,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if _, err := s.client.Get(ctx, s.keys.identity, clientv3.WithCountOnly()); err != nil {
+	resp, err := s.client.Get(ctx, s.keys.identity, clientv3.WithCountOnly())
+	if err != nil {
 		return s.fail(ctx, "ping", err)
+	}
+	if want := s.expectation(); want != "" {
+		return s.revision(want, resp.Header.GetRevision())
 	}
 	return nil
 }

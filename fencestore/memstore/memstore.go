@@ -97,9 +97,19 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	return m.Token, ok, err
 }
 
-// Ping fails only when ctx is done or the store is closed.
+// Ping fails when ctx is done or the store is closed, and with a
+// *fencestore.LostError once the identity expected is gone or the
+// generation went back.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.locked(ctx, func() error { return nil })
+	return s.locked(ctx, func() error {
+		if s.expect == "" {
+			return nil
+		}
+		if s.identity != s.expect {
+			return &fencestore.LostError{Want: s.expect, Found: s.identity}
+		}
+		return fencestore.Rollback(s.expect, s.seen, s.gen)
+	})
 }
 
 // Close drops the marks; later calls return an error wrapping
