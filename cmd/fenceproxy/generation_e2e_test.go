@@ -155,3 +155,29 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// Two deployments whose prefixes nest on one Redis: whichever starts
+// second is refused (503, naming FENCE_KEY_PREFIX), never sharing marks.
+func TestNestedPrefixesRefused(t *testing.T) {
+	for _, order := range [][2]string{{"fence:", "fence:billing:"}, {"fence:billing:", "fence:"}} {
+		t.Run(order[0]+" first", func(t *testing.T) {
+			rs := redistest.Start(t)
+			up := newCountingUpstream(t)
+			env := func(prefix string) map[string]string {
+				return map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(), "FENCE_KEY_PREFIX": prefix}
+			}
+			first := startWith(t, env(order[0]), generationHooks)
+			waitReady(t, first)
+			wantPut(t, first, "first", "5", 200, "")
+			second := startWith(t, env(order[1]), generationHooks)
+			a := put(t, second.data, "/r", "5")
+			detail, _ := a.problem["detail"].(string)
+			if a.status != 503 || (!strings.Contains(detail, "FENCE_KEY_PREFIX") && !strings.Contains(detail, "marks but no identity record")) {
+				t.Fatalf("second deployment (%s): %+v, want 503 naming the prefix", order[1], a)
+			}
+			if n := up.n.Load(); n != 1 {
+				t.Fatalf("upstream saw %d requests, want 1", n)
+			}
+		})
+	}
+}

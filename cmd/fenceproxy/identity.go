@@ -155,6 +155,14 @@ func (g *identityGuard) ready(context.Context) error {
 // it. It returns the refusal to keep when it cannot: a *LostError for a
 // store marked lost.
 func (g *identityGuard) establish(ctx context.Context) error {
+	if n, ok := g.keeper.(interface{ Nesting(context.Context) error }); ok {
+		if err := n.Nesting(ctx); err != nil {
+			if errors.Is(err, fencestore.ErrUnavailable) {
+				return err
+			}
+			return &fencestore.UnsafeError{Reason: "FENCE_KEY_PREFIX: " + err.Error()}
+		}
+	}
 	id, err := g.keeper.Identity(ctx)
 	if err != nil {
 		return err

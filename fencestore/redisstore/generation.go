@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -214,9 +213,72 @@ func hashTag(key string) (string, bool) {
 	return key[s+1 : s+1+e], true
 }
 
-// errGenerationRefused is in the error of Init with force on a store that
-// is not lost.
-var _ = errors.New
 
-// genArg formats a generation for a script.
-func genArg(g uint64) string { return strconv.FormatUint(g, 10) }
+// ErrNestedPrefix is wrapped by Nesting's error.
+var ErrNestedPrefix = errors.New("the key prefix nests inside another deployment's")
+
+// Nesting reports a key prefix that begins with the prefix of another
+// deployment on the same Redis (`fence:billing:` inside `fence:`): its keys
+// would be marks of the other (`billing:...`), and its identity record one
+// of them. It reads the identity record each shorter prefix would have (a
+// value shaped as one: 32 hex digits, a forced or a lost record), in one
+// pipeline. A Cluster whose prefix has no hash tag keeps its records
+// elsewhere, and a Ring on every shard: neither is checked.
+func (s *Store) Nesting(ctx context.Context) error {
+	if s.records != nil || s.recordsErr != nil || len(s.prefix) < 2 {
+		return nil
+	}
+	if _, ring := s.client.(*redis.Ring); ring {
+		return nil
+	}
+	var keys []string
+	for i := 1; i < len(s.prefix); i++ {
+		keys = append(keys, s.prefix[:i])
+	}
+	vals, err := s.client.MGet(ctx, keys...).Result()
+	if err != nil && s.isClusterClient() {
+		// Keys of several slots: one GET each.
+		vals, err = nil, nil
+		for _, k := range keys {
+			v, gerr := s.client.Get(ctx, k).Result()
+			if gerr != nil && !errors.Is(gerr, redis.Nil) && !redis.HasErrorPrefix(gerr, "WRONGTYPE") {
+				return fencestore.Unavailable(fmt.Errorf("redisstore: nesting: %w", gerr))
+			}
+			vals = append(vals, v)
+		}
+	}
+	if err != nil {
+		return fencestore.Unavailable(fmt.Errorf("redisstore: nesting: %w", err))
+	}
+	for i, v := range vals {
+		if text, ok := v.(string); ok && identityShaped(text) {
+			return fmt.Errorf("%w: %q holds the identity record of a deployment with prefix %q; "+
+				"use a prefix that no other deployment's is a beginning of", ErrNestedPrefix, s.prefix, keys[i])
+		}
+	}
+	return nil
+}
+
+func (s *Store) isClusterClient() bool {
+	_, ok := s.client.(*redis.ClusterClient)
+	return ok
+}
+
+// identityShaped reports whether v looks like an identity record rather
+// than a mark: a lost or forced record, or 32 hex digits (more digits than
+// any mark has).
+func identityShaped(v string) bool {
+	if fencestore.IsLostRecord(v) || fencestore.Forced(v) {
+		return true
+	}
+	if len(v) != 32 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -783,3 +783,39 @@ func TestGeneration(t *testing.T) {
 		})
 	}
 }
+
+// Two deployments whose prefixes nest share one Redis: the inner one is
+// refused (Nesting), whichever order they write their records in; one
+// whose prefix merely shares a beginning with another's is not.
+func TestNestedPrefixes(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := opCtx(t)
+	open := func(prefix string) *redisstore.Store {
+		s := redisstore.New(redis.NewClient(srv.Options()), redisstore.Options{KeyPrefix: prefix})
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	outer := open("fence:")
+	if err := outer.Nesting(ctx); err != nil {
+		t.Fatalf("outer before anything: %v", err)
+	}
+	if _, err := outer.Init(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		prefix string
+		nested bool
+	}{{"fence:billing:", true}, {"fence:b", true}, {"fence2:", false}, {"fenc:", false}} {
+		err := open(tc.prefix).Nesting(ctx)
+		if got := errors.Is(err, redisstore.ErrNestedPrefix); got != tc.nested {
+			t.Errorf("prefix %q beside fence: = %v, want nested %t", tc.prefix, err, tc.nested)
+		}
+	}
+	// A lost record is an identity record too.
+	if _, err := outer.MarkLost(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := open("fence:billing:").Nesting(ctx); !errors.Is(err, redisstore.ErrNestedPrefix) {
+		t.Errorf("beside a lost record: %v", err)
+	}
+}
