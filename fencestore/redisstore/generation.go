@@ -213,7 +213,6 @@ func hashTag(key string) (string, bool) {
 	return key[s+1 : s+1+e], true
 }
 
-
 // ErrNestedPrefix is wrapped by Nesting's error.
 var ErrNestedPrefix = errors.New("the key prefix nests inside another deployment's")
 
