@@ -201,6 +201,9 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 // admit queues one admission transaction and waits for its batch.
 func (s *Store) admit(ctx context.Context, a fencestore.Admission, fl *flightReg) (fencestore.Decision, error) {
 	q := prepare(ctx, newPlan(s.keys.markKey(a.Resource), a, fl), s.expectation())
+	// The revision seen before the transaction is sent: etcd commits it
+	// at a later one, whatever other batches answer meanwhile.
+	q.seen = s.gens.Seen(0)
 	if !s.batch.add(q) {
 		return fencestore.Decision{}, errClosed
 	}
@@ -222,15 +225,11 @@ func (s *Store) decide(ctx context.Context, q *queued) (fencestore.Decision, err
 		return fencestore.Decision{}, &fencestore.LostError{Want: q.expect, Found: r.found}
 	}
 	if q.expect != "" {
-		if err := s.revision(q.expect, r.rev); err != nil {
+		if err := s.revision(q.expect, q.seen, r.rev); err != nil {
 			return fencestore.Decision{}, err
 		}
 	}
-	d, err := q.p.interpret(r.rev, r.rs)
-	if err == nil && q.expect != "" {
-		d.Generation = uint64(r.rev)
-	}
-	return d, err
+	return q.p.interpret(r.rev, r.rs)
 }
 
 // Mark returns the resource's mark token, and false when it has none.
@@ -245,12 +244,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
+	seen := s.gens.Seen(0)
 	resp, err := s.client.Get(ctx, s.keys.identity, clientv3.WithCountOnly())
 	if err != nil {
 		return s.fail(ctx, "ping", err)
 	}
 	if want := s.expectation(); want != "" {
-		return s.revision(want, resp.Header.GetRevision())
+		return s.revision(want, seen, resp.Header.GetRevision())
 	}
 	return nil
 }

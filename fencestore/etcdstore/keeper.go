@@ -95,13 +95,16 @@ func (s *Store) Expect(id string) {
 // whose transaction meets it may have written its mark on the restored
 // store; it is refused all the same (503, nothing forwarded).
 
-// revision checks rev, a response's revision, against the greatest seen,
-// and remembers it.
-func (s *Store) revision(want string, rev int64) error {
+// revision checks rev, the revision of a response to a request sent after
+// seen was the greatest revision seen, and remembers it. A linearizable
+// store answers such a request at seen or later; responses to requests
+// sent before it may arrive after it with lower revisions, which is why
+// the comparison is with seen and not with what is remembered now.
+func (s *Store) revision(want string, seen uint64, rev int64) error {
 	if rev <= 0 {
 		return nil
 	}
-	if err := fencestore.Rollback(want, s.gens.Seen(0), uint64(rev)); err != nil {
+	if err := fencestore.Rollback(want, seen, uint64(rev)); err != nil {
 		return err
 	}
 	s.gens.See(0, uint64(rev))
