@@ -222,12 +222,19 @@ var ErrNestedPrefix = errors.New("the key prefix nests inside another deployment
 // of them. It reads the identity record each shorter prefix would have (a
 // value shaped as one: 32 hex digits, a forced or a lost record), in one
 // pipeline. A Cluster whose prefix has no hash tag keeps its records
-// elsewhere, and a Ring on every shard: neither is checked.
+// elsewhere, and a Ring on every shard: neither is checked; nor with a user of
+// its own (an ACL that grants the prefix's keys only).
 func (s *Store) Nesting(ctx context.Context) error {
 	if s.records != nil || s.recordsErr != nil || len(s.prefix) < 2 {
 		return nil
 	}
 	if _, ring := s.client.(*redis.Ring); ring {
+		return nil
+	}
+	if s.aclUser() {
+		// A user of its own is usually granted the prefix's keys only:
+		// reading the shorter prefixes would be refused, and logged as
+		// a denial.
 		return nil
 	}
 	var keys []string
@@ -240,11 +247,19 @@ func (s *Store) Nesting(ctx context.Context) error {
 		vals, err = nil, nil
 		for _, k := range keys {
 			v, gerr := s.client.Get(ctx, k).Result()
+			if gerr != nil && redis.HasErrorPrefix(gerr, "NOPERM") {
+				return nil
+			}
 			if gerr != nil && !errors.Is(gerr, redis.Nil) && !redis.HasErrorPrefix(gerr, "WRONGTYPE") {
 				return fencestore.Unavailable(fmt.Errorf("redisstore: nesting: %w", gerr))
 			}
 			vals = append(vals, v)
 		}
+	}
+	if err != nil && redis.HasErrorPrefix(err, "NOPERM") {
+		// An ACL that grants the prefix's keys only: the shorter
+		// prefixes cannot be read, and are not checked.
+		return nil
 	}
 	if err != nil {
 		return fencestore.Unavailable(fmt.Errorf("redisstore: nesting: %w", err))
@@ -256,6 +271,19 @@ func (s *Store) Nesting(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// aclUser reports whether the client logs in as a user of its own (not
+// the default user).
+func (s *Store) aclUser() bool {
+	var user string
+	switch c := s.client.(type) {
+	case *redis.Client:
+		user = c.Options().Username
+	case *redis.ClusterClient:
+		user = c.Options().Username
+	}
+	return user != "" && user != "default"
 }
 
 func (s *Store) isClusterClient() bool {
