@@ -760,7 +760,7 @@ func TestClusterKeeper(t *testing.T) {
 	})
 }
 
-// The generation on one server, batched and not, and with WAIT: a store
+// The generation on one server, batched and not: a store
 // set back (the generation hash written lower, as a restored RDB holds it)
 // fails every admission with a rollback.
 func TestGeneration(t *testing.T) {
@@ -768,7 +768,7 @@ func TestGeneration(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts redisstore.Options
-	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}, {"wait", redisstore.Options{MinReplicas: 0, MaxBatch: -1}}} {
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var prefix string
 			storetest.RunGeneration(t, func(t *testing.T) storetest.KeeperStore {
