@@ -127,6 +127,9 @@ func load(environ map[string]string, authz bool) (*Config, error) {
 		},
 	}
 
+	if err := checkKeyPrefix(raw.KeyPrefix); err != nil {
+		bad("FENCE_KEY_PREFIX", "%v", err)
+	}
 	c.ListenAddr = raw.ListenAddr
 	c.AdminAddr = raw.AdminAddr
 	checkListeners(raw.ListenAddr, raw.AdminAddr, bad)
@@ -588,6 +591,26 @@ func checkCAFile(path string) error {
 	}
 	if !x509.NewCertPool().AppendCertsFromPEM(data) {
 		return fmt.Errorf("%q holds no PEM certificate", path)
+	}
+	return nil
+}
+
+// checkKeyPrefix refuses a key prefix under which a resource name could
+// spell a key the store keeps for something else than a mark. A mark's key
+// is the prefix and the resource name; the identity record is the prefix
+// itself (no resource name is empty), and every other key (the generation,
+// in-flight records, a Cluster's per-slot identity records) begins with
+// '{'. So a prefix that is empty or begins with '{' is the one that lets a
+// name through: with "{fence}:" the resource "{42}:inflight:{fence}:orders/{42}"
+// would be the in-flight key of another.
+func checkKeyPrefix(p string) error {
+	switch {
+	case p == "":
+		return errors.New("must not be empty: a resource name could then spell a key the store keeps beside the marks " +
+			"(the generation, the in-flight records), all of which begin with '{'")
+	case p[0] == '{':
+		return fmt.Errorf("%q begins with '{', as every key the store keeps beside the marks does (the generation, the in-flight records), "+
+			"so a resource name could spell one; begin the prefix with another character (a hash tag may follow it: %q)", p, "fence"+p)
 	}
 	return nil
 }

@@ -249,6 +249,8 @@ func TestLoadInvalid(t *testing.T) {
 		want string            // a substring of the one expected problem
 	}{
 		{"upstream missing", map[string]string{"FENCE_UPSTREAM_URL": ""}, "FENCE_UPSTREAM_URL: required"},
+		{"key prefix a hash tag first", map[string]string{"FENCE_KEY_PREFIX": "{fence}:"}, `FENCE_KEY_PREFIX: "{fence}:" begins with '{'`},
+		{"key prefix a brace first", map[string]string{"FENCE_KEY_PREFIX": "{"}, `FENCE_KEY_PREFIX: "{" begins with '{'`},
 		{"drain not on or off", map[string]string{"FENCE_DRAIN": "true"}, `FENCE_DRAIN: "true" must be on or off`},
 		{"override header not a name", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "X Verb"}, `FENCE_METHOD_OVERRIDE_HEADERS: "X Verb" is not a valid HTTP header name`},
 		{"override header hop-by-hop", map[string]string{"FENCE_METHOD_OVERRIDE_HEADERS": "Connection"}, `FENCE_METHOD_OVERRIDE_HEADERS: "Connection" is a hop-by-hop`},

@@ -83,6 +83,12 @@ type Admission struct {
 	// the floor and writes it back in the same atomic step (Decide).
 	Floor    Mark
 	HasFloor bool
+	// FloorGeneration is the store generation (Decision.Generation) of
+	// the admission that showed this replica Floor. An operator's change
+	// of marks (Keeper.Raise, Reset) made after that generation voids the
+	// floor: the store decides on its own mark, and Decision.FloorVoid
+	// says so, so that an operator's reset is not raised back.
+	FloorGeneration uint64
 }
 
 // Decision is the outcome of one admission.
@@ -102,6 +108,15 @@ type Decision struct {
 	// Flight is the admitted request's place in the drain barrier, when the
 	// admission asked for one (Admission.Flight); the zero Flight otherwise.
 	Flight Flight
+	// Generation is the store's generation (generation.go) after the
+	// admission, in the part of the store that holds the resource (a
+	// Redis Cluster slot); 0 from a store that keeps none.
+	Generation uint64
+	// FloorVoid reports that Admission.Floor was set aside because an
+	// operator changed marks since the floor was seen: the decision is the
+	// store's own, and the caller should remember its mark in place of
+	// the floor.
+	FloorVoid bool
 }
 
 // StaleSequence reports whether d refused a of a for its sequence alone: its

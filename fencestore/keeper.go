@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Keeper is what an operator does to a store, beside the proxy's Store: its
@@ -33,6 +36,14 @@ type Keeper interface {
 	// HasMarks reports whether the store holds any mark (so a store without
 	// an identity record can be told new from one kept by an older version).
 	HasMarks(ctx context.Context) (bool, error)
+	// MarkLost replaces the identity record with a lost record
+	// (LostRecord), so that every replica, one that starts cold included,
+	// refuses the store from its next admission, unless the store holds a
+	// record that Supersedes want (an operator forced it since): that one
+	// is left alone. It returns the record the store holds after it. A
+	// replica calls it when it finds the store lost (its identity gone or
+	// changed, or its generation gone back).
+	MarkLost(ctx context.Context, want string) (string, error)
 
 	// Get returns resource's mark, sequence included, and false when it has
 	// none.
@@ -71,10 +82,21 @@ var ErrStoreLost = errors.New("fence store lost")
 type LostError struct {
 	Want  string // the identity this process saw
 	Found string // the identity the store has now; "" when it has none
+	// Rollback is set when the identity is intact but the store's
+	// generation went back (generation.go): Seen is the greatest this
+	// process saw there, Got the one the store answered with.
+	Rollback  bool
+	Seen, Got uint64
 }
 
 func (e *LostError) Error() string {
-	if e.Found == "" {
+	switch {
+	case e.Rollback:
+		return fmt.Sprintf("fence store went back in time: its generation is %d, after this process saw %d "+
+			"(restored from a backup, or a replica that missed writes took over): marks written since may be gone", e.Got, e.Seen)
+	case IsLostRecord(e.Found):
+		return "fence store was marked lost (" + e.Found + ") by a replica that found it emptied, replaced or gone back in time"
+	case e.Found == "":
 		return "fence store lost its identity record " + e.Want + ": it was emptied or replaced, and its marks may be gone"
 	}
 	return "fence store identity changed from " + e.Want + " to " + e.Found + ": it was replaced, and its marks may be gone"
@@ -84,21 +106,66 @@ func (e *LostError) Error() string {
 // ErrStoreLost) hold.
 func (e *LostError) Unwrap() []error { return []error{ErrUnavailable, ErrStoreLost} }
 
-// NewIdentity returns a fresh identity record: 128 random bits in hex, after
-// "forced-" when an operator forced it (Init with force): the replicas that
-// found their store lost take up a forced record, and only such a one, as
-// the operator's word that the marks were put right (Forced).
+// NewIdentity returns a fresh identity record: 128 random bits in hex,
+// after "forced-" and the wall clock in milliseconds when an operator forced
+// it (Init with force): the replicas that found their store lost take up a
+// forced record, and only such a one, as the operator's word that the
+// marks were put right (Supersedes).
 func NewIdentity(forced bool) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	if forced {
-		return forcedPrefix + hex.EncodeToString(b[:])
+		return fmt.Sprintf("%s%013d-%s", forcedPrefix, time.Now().UnixMilli(), hex.EncodeToString(b[:]))
 	}
 	return hex.EncodeToString(b[:])
 }
 
-const forcedPrefix = "forced-"
+// LostRecord returns a fresh lost record (Keeper.MarkLost): what a replica
+// writes in place of the identity record when it finds the store lost.
+func LostRecord() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return lostPrefix + hex.EncodeToString(b[:])
+}
+
+const (
+	forcedPrefix = "forced-"
+	lostPrefix   = "lost-"
+)
 
 // Forced reports whether the identity record id was written by an
 // operator's Init with force.
 func Forced(id string) bool { return strings.HasPrefix(id, forcedPrefix) }
+
+// IsLostRecord reports whether id is a lost record (LostRecord): a replica
+// found the store lost, and only an operator's Init with force ends it.
+func IsLostRecord(id string) bool { return strings.HasPrefix(id, lostPrefix) }
+
+// forcedAt is when a forced record was written (milliseconds since the
+// epoch), 0 for any other record, or a forced one from before records
+// carried the time.
+func forcedAt(id string) int64 {
+	rest, ok := strings.CutPrefix(id, forcedPrefix)
+	if !ok || len(rest) < 14 || rest[13] != '-' {
+		return 0
+	}
+	ms, err := strconv.ParseInt(rest[:13], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return ms
+}
+
+// Supersedes reports whether the record found replaces want as the
+// operator's recovery: a forced record, another than want, written no
+// earlier than want (when want is forced too). A replica that meets such a
+// record, lost or not, takes it up; an older forced record (a backup
+// taken before the last recovery, restored) does not supersede.
+func Supersedes(found, want string) bool {
+	return Forced(found) && found != want && forcedAt(found) >= forcedAt(want)
+}
+
+// ErrNotLost is returned by an operator's forced init on a store whose
+// identity record is intact and was never forced: nothing was lost, and
+// forcing a new record would only make every replica refuse the store.
+var ErrNotLost = errors.New("the store is not lost: its identity record is intact")

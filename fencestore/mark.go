@@ -102,3 +102,17 @@ func (a Admission) decide(m Mark, hasMark bool) (d Decision, next Mark, write bo
 func decision(admitted bool, m Mark) Decision {
 	return Decision{Admitted: admitted, Mark: m.Token, Sequence: m.Sequence, HasSequence: m.HasSequence}
 }
+
+// DecideAfter is Decide in a store whose last operator change of marks
+// (Keeper.Raise, Reset) was made at generation op (generation.go): a floor
+// seen before it (FloorGeneration below op) is set aside, and the decision
+// says so (Decision.FloorVoid), so that an operator's reset stands.
+func (a Admission) DecideAfter(m Mark, hasMark bool, op uint64) (d Decision, next Mark, write bool) {
+	void := a.HasFloor && a.FloorGeneration < op
+	if void {
+		a.HasFloor = false
+	}
+	d, next, write = a.Decide(m, hasMark)
+	d.FloorVoid = void
+	return d, next, write
+}

@@ -214,7 +214,7 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 		a.Flight = p.upstreamTimeout
 	}
 	if p.marks != nil {
-		a.Floor, a.HasFloor = p.marks.get(resource)
+		a.Floor, a.FloorGeneration, a.HasFloor = p.marks.get(resource)
 	}
 	start := time.Now()
 	v.span = p.startAdmit(r, rt, resource, token, seq, hasSeq)
@@ -222,7 +222,12 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 	elapsed := time.Since(start)
 	m := rt.metrics
 	if err == nil && p.marks != nil {
-		p.marks.see(resource, fencestore.Mark{Token: d.Mark, Sequence: d.Sequence, HasSequence: d.HasSequence})
+		seen := fencestore.Mark{Token: d.Mark, Sequence: d.Sequence, HasSequence: d.HasSequence}
+		if d.Admitted {
+			p.marks.admitted(resource, seen, d.Generation, d.FloorVoid)
+		} else {
+			p.marks.refused(resource, seen, d.Generation, d.FloorVoid)
+		}
 		if d.Regressed {
 			m.regressions.Inc()
 			p.log.Warn("the store's mark was below the one this replica saw: raised back to it (lost in a crash, a flush or a failover)",

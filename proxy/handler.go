@@ -305,8 +305,14 @@ func (p *Proxy) unavailableDetail(err error) string {
 	var unsafe *fencestore.UnsafeError
 	switch {
 	case errors.Is(err, fencestore.ErrStoreLost):
-		return "the fence store's identity record is gone or changed since this replica read it (the store was emptied, " +
-			"restarted without persistence, or replaced), so its marks may be gone" + rest +
+		var lost *fencestore.LostError
+		if errors.As(err, &lost) && lost.Rollback {
+			return "the fence store went back in time: its generation is below one this replica saw (restored from a backup, " +
+				"or a replica that missed writes took over), so its marks may be older than tokens already superseded" + rest +
+				"; an operator must raise the marks and run fenceproxy store init --force"
+		}
+		return "the fence store is lost: its identity record is gone, changed or marked lost since this replica read it (the store " +
+			"was emptied, restarted without persistence, replaced, or went back in time), so its marks may be gone" + rest +
 			"; an operator must raise the marks and run fenceproxy store init --force"
 	case errors.As(err, &unsafe):
 		return "the fence store is refused as unsafe: " + unsafe.Reason + rest

@@ -52,26 +52,91 @@ func TestMarkCacheHealsALostMark(t *testing.T) {
 	}
 }
 
-// The cache is bounded: a full shard forgets an entry to take a new one,
-// and a lower mark never replaces a higher one.
+// The cache is bounded by its size, with every resource of a full cache
+// remembered (no shard overflows for the unevenness of hashing); it
+// forgets the resource least recently admitted; refusals never add a
+// resource, so a flood of refused names evicts nothing, and a hot resource
+// admitted between a flood of admitted names keeps its floor; a lower mark
+// never replaces a higher one, except for an operator's change.
 func TestMarkCacheBounded(t *testing.T) {
-	c := newMarkCache(markShards) // one entry per shard
-	for i := range 1000 {
-		c.see(fmt.Sprint("r", i), fencestore.Mark{Token: uint64(i)})
+	const size = 100000
+	c := newMarkCache(size)
+	for i := range size {
+		c.admitted(fmt.Sprint("r", i), fencestore.Mark{Token: uint64(i)}, 1, false)
+	}
+	for i := range size {
+		if _, _, ok := c.get(fmt.Sprint("r", i)); !ok {
+			t.Fatalf("r%d forgotten in a cache of %d holding %d resources", i, size, size)
+		}
+	}
+
+	small := newMarkCache(640)
+	small.admitted("hot", fencestore.Mark{Token: 7}, 1, false)
+	for i := range 100000 {
+		small.refused(fmt.Sprint("invented", i), fencestore.Mark{Token: 1}, 1, false)
+	}
+	if _, _, ok := small.get("invented5"); ok {
+		t.Fatal("a refused name was added")
+	}
+	for i := range 100000 {
+		small.admitted(fmt.Sprint("new", i), fencestore.Mark{Token: 1}, 1, false)
+		if i%50 == 0 {
+			small.admitted("hot", fencestore.Mark{Token: 7}, 1, false)
+		}
+	}
+	if m, _, ok := small.get("hot"); !ok || m.Token != 7 {
+		t.Fatalf("hot = %+v %v after a flood of admitted names, want 7 kept", m, ok)
 	}
 	n := 0
-	for i := range c.shards {
-		n += len(c.shards[i].m)
+	for i := range small.shards {
+		n += len(small.shards[i].m)
 	}
-	if n > markShards {
-		t.Fatalf("%d entries in a cache of %d", n, markShards)
+	if n > 640+640/4+markShards*9 {
+		t.Fatalf("%d entries in a cache of 640", n)
 	}
-	c.see("x", fencestore.Mark{Token: 9})
-	c.see("x", fencestore.Mark{Token: 3})
-	if m, ok := c.get("x"); !ok || m.Token != 9 {
-		t.Fatalf("x = %+v %v, want 9", m, ok)
+
+	small.admitted("x", fencestore.Mark{Token: 9}, 3, false)
+	small.refused("x", fencestore.Mark{Token: 3}, 4, false)
+	if m, gen, ok := small.get("x"); !ok || m.Token != 9 || gen != 4 {
+		t.Fatalf("x = %+v at %d, %v; want 9 at 4", m, gen, ok)
+	}
+	small.admitted("x", fencestore.Mark{Token: 3}, 5, true)
+	if m, _, _ := small.get("x"); m.Token != 3 {
+		t.Fatalf("x = %+v after an operator's change to 3, want 3", m)
 	}
 	if newMarkCache(0) != nil {
 		t.Fatal("FENCE_MARK_CACHE=0 made a cache")
+	}
+}
+
+// An operator's reset is authoritative over the remembered mark: after
+// 615 was admitted and the mark reset to 100, token 101 is admitted (the
+// store sets the floor of 615 aside, and the cache takes 101 in its
+// place), and 100 is then refused against 101, not 615. A lost mark still
+// heals (the first test).
+func TestMarkCacheRespectsOperatorReset(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	id, err := s.Init(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Expect(id)
+	f := newFixtureWith(t, ordersRoutes, s, func(o *Options) { o.MarkCache = 100 })
+	if resp, _ := f.do("PUT", "/orders/9", "Fencing-Token", "615"); resp.StatusCode != 200 {
+		t.Fatalf("615: %d", resp.StatusCode)
+	}
+	if _, _, err := s.Reset(ctx, "orders/9", &fencestore.Mark{Token: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := f.do("PUT", "/orders/9", "Fencing-Token", "101"); resp.StatusCode != 200 {
+		t.Fatalf("101 after a reset to 100: %d %s", resp.StatusCode, body)
+	}
+	resp, body := f.do("PUT", "/orders/9", "Fencing-Token", "100")
+	if p := decodeProblem(t, resp, body); resp.StatusCode != http.StatusConflict || p.HighWaterMark != "101" {
+		t.Fatalf("100 after 101: %d %+v, want 409 against 101", resp.StatusCode, p)
+	}
+	if m, _, _ := s.Get(ctx, "orders/9"); m.Token != 101 {
+		t.Fatalf("store mark %+v, want 101 (not raised back)", m)
 	}
 }

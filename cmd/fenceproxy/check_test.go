@@ -309,6 +309,7 @@ func TestCheckConnectRedis(t *testing.T) {
 	unsafe := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "everysec",
 		"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
 	noAOF := redistest.Start(t, "--appendonly", "no")
+	noFsyncOnRewrite := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always", "--no-appendfsync-on-rewrite", "yes")
 	noConfig := redistest.Start(t, "--rename-command", "CONFIG", "")
 	replica := redistest.StartReplica(t, safe)
 	env := func(url string, extra ...string) map[string]string {
@@ -348,6 +349,10 @@ func TestCheckConnectRedis(t *testing.T) {
 		{"no AOF, persistence refuse", env(noAOF.URL(), "FENCE_REDIS_PERSISTENCE", "refuse"), true, []line{
 			{"ok", "redis eviction", nil},
 			{"FAILED", "redis persistence", []string{"appendonly is no", "RDB snapshot", "(FENCE_REDIS_PERSISTENCE=refuse)"}},
+		}},
+		{"no fsync while a child runs, persistence refuse", env(noFsyncOnRewrite.URL(), "FENCE_REDIS_PERSISTENCE", "refuse"), true, []line{
+			{"ok", "redis eviction", nil},
+			{"FAILED", "redis persistence", []string{"no-appendfsync-on-rewrite is yes", "replies before any fsync", "(FENCE_REDIS_PERSISTENCE=refuse)"}},
 		}},
 		{"CONFIG refused", env(noConfig.URL()), true, []line{
 			{"FAILED", "redis eviction", []string{"refuses CONFIG GET", "FENCE_REDIS_EVICTION=warn", "unknown command"}},

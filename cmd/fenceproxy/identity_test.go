@@ -23,10 +23,40 @@ func admitOne(g *identityGuard, token uint64) (fencestore.Decision, error) {
 	return g.Admit(context.Background(), fencestore.Admission{Resource: "r", Token: token})
 }
 
+// waitLostRecord waits for the store to hold a lost record (the guard
+// writes it in the background).
+func waitLostRecord(t *testing.T, s fencestore.Keeper) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		id, err := s.Identity(context.Background())
+		if err == nil && fencestore.IsLostRecord(id) {
+			return id
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no lost record: Identity = %q, %v", id, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func wantLost(t *testing.T, g *identityGuard, what string) {
+	t.Helper()
+	if _, err := admitOne(g, 99); !errors.Is(err, fencestore.ErrStoreLost) {
+		t.Fatalf("%s: admission = %v, want store lost", what, err)
+	}
+	if g.ready(context.Background()) == nil || testutil.ToFloat64(g.lost) != 1 {
+		t.Fatalf("%s: ready or gauge not set", what)
+	}
+}
+
 // The store loses everything: the guard refuses with store-lost from the
-// admission that meets the loss on, fails readiness and sets the gauge,
-// until an operator forces a new record; a record written by another replica
-// on the emptied store is not taken up.
+// admission that meets the loss on, fails readiness, sets the gauge and
+// marks the store lost, so that a replica that starts cold refuses it too
+// and a record another replica would write is not; an operator's force
+// resumes every replica, the lost one by its watch, an idle one on its
+// first request, a cold one by its watch; a second force resumes them all
+// again.
 func TestIdentityGuardLostAndForced(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New()
@@ -41,28 +71,24 @@ func TestIdentityGuardLostAndForced(t *testing.T) {
 	if id, _ := s.Identity(ctx); id == "" || fencestore.Forced(id) {
 		t.Fatalf("auto wrote %q", id)
 	}
+	idle := newTestGuard(s, true) // started, then never asked until the force
+	idle.start(ctx, time.Second)
 
 	s.Clear() // FLUSHALL, or a restart without persistence
-	_, err := admitOne(g, 5)
-	if !errors.Is(err, fencestore.ErrStoreLost) {
+	if _, err := admitOne(g, 5); !errors.Is(err, fencestore.ErrStoreLost) {
 		t.Fatalf("5 after the loss: %v, want store lost", err)
 	}
-	if g.ready(ctx) == nil || testutil.ToFloat64(g.lost) != 1 {
-		t.Fatal("lost store: ready or gauge not set")
+	wantLost(t, g, "after the loss")
+	waitLostRecord(t, s)
+	// A replica that starts cold reads the lost record: refused.
+	cold := newTestGuard(s, true)
+	cold.start(ctx, time.Second)
+	wantLost(t, cold, "cold start on a lost store")
+	if _, err := s.Init(ctx, false); !errors.Is(err, fencestore.ErrIdentityExists) {
+		t.Fatalf("a plain Init on a lost store = %v, want ErrIdentityExists", err)
 	}
-	if _, err := admitOne(g, 11); !errors.Is(err, fencestore.ErrStoreLost) {
-		t.Fatalf("11 after the loss: %v", err)
-	}
-	// A fresh replica writes a plain record on the emptied store: not the
-	// operator's word.
-	if _, err := s.Init(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	g.step(ctx)
-	if _, err := admitOne(g, 12); !errors.Is(err, fencestore.ErrStoreLost) {
-		t.Fatalf("after another replica's plain record: %v, want still lost", err)
-	}
-	// The operator raises the mark and forces a record: taken up.
+
+	// The operator raises the mark and forces a record.
 	if _, _, _, err := s.Raise(ctx, "r", fencestore.Mark{Token: 10}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,12 +96,45 @@ func TestIdentityGuardLostAndForced(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.step(ctx)
-	if g.ready(ctx) != nil || testutil.ToFloat64(g.lost) != 0 {
-		t.Fatal("forced record not taken up")
+	cold.step(ctx)
+	for name, x := range map[string]*identityGuard{"lost": g, "cold": cold, "idle": idle} {
+		if d, err := admitOne(x, 5); err != nil || d.Admitted || d.Mark != 10 {
+			t.Fatalf("%s replica: 5 after recovery: %+v %v, want refused by the raised mark 10", name, d, err)
+		}
+		if x.ready(ctx) != nil || testutil.ToFloat64(x.lost) != 0 {
+			t.Fatalf("%s replica: forced record not taken up", name)
+		}
 	}
-	if d, err := admitOne(g, 5); err != nil || d.Admitted || d.Mark != 10 {
-		t.Fatalf("5 after recovery: %+v %v, want refused by the raised mark 10", d, err)
+	// A second force: every replica resumes again, on its next request.
+	if _, err := s.Init(ctx, true); err != nil {
+		t.Fatalf("second force: %v", err)
 	}
+	for name, x := range map[string]*identityGuard{"lost": g, "cold": cold, "idle": idle} {
+		if d, err := admitOne(x, 11); err != nil || !d.Admitted {
+			t.Fatalf("%s replica after the second force: %+v %v", name, d, err)
+		}
+	}
+}
+
+// An idle replica notices a loss from its watch alone, without a request,
+// and a store that went back in time is lost like one that was emptied.
+func TestIdentityGuardIdleAndRollback(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	g := newTestGuard(s, true)
+	g.start(ctx, time.Second)
+	d, err := admitOne(g, 10)
+	if err != nil || !d.Admitted || d.Generation == 0 {
+		t.Fatalf("10: %+v %v", d, err)
+	}
+	g.step(ctx)
+	if testutil.ToFloat64(g.lost) != 0 {
+		t.Fatal("lost before anything happened")
+	}
+	s.Restore(d.Generation - 1) // a backup from before token 10
+	g.step(ctx)
+	wantLost(t, g, "idle replica after a rollback")
+	waitLostRecord(t, s)
 }
 
 // Without a record: manual refuses until an operator writes one; a store

@@ -27,10 +27,12 @@ import (
 const storeUsage = `usage: fenceproxy store init [--force]
 
 Writes the store's identity record. Without --force only on a store that has
-none. With --force a new record replaces any, and every replica that found its
-store lost takes it up and admits again: first raise every mark to the lease
-service's current tokens (fenceproxy marks raise), or stale holders are
-admitted.`
+none. With --force only on a lost store: one with no record, or one a replica
+marked lost (it found the store emptied, replaced or gone back in time), or
+one an operator forced before; a store whose record is intact is refused.
+Every replica that found the store lost, or meets the new record later, takes
+it up and admits again: first raise every mark to the lease service's current
+tokens (fenceproxy marks raise), or stale holders are admitted.`
 
 const marksUsage = `usage: fenceproxy marks get RESOURCE
        fenceproxy marks list [PREFIX]
@@ -53,7 +55,7 @@ func storeCmd(ctx context.Context, args []string, environ map[string]string, std
 		return &usageError{storeUsage}
 	}
 	fs := flag.NewFlagSet("store init", flag.ContinueOnError)
-	force := fs.Bool("force", false, "replace an existing identity record")
+	force := fs.Bool("force", false, "replace the identity record of a lost store (no record, or one a replica marked lost), or one an operator forced before")
 	output := fs.String("o", "text", "output: text or json")
 	if helped, err := parseFlags(fs, args[1:], storeUsage, stdout); helped || err != nil {
 		return err
@@ -67,9 +69,16 @@ func storeCmd(ctx context.Context, args []string, environ map[string]string, std
 			return err
 		}
 		id, err := k.Init(ctx, *force)
-		if errors.Is(err, fencestore.ErrIdentityExists) {
-			return fmt.Errorf("store init: the store already has the identity record %s; add --force to replace it "+
-				"(after raising the marks to the lease service's current tokens)", old)
+		switch {
+		case errors.Is(err, fencestore.ErrIdentityExists) && fencestore.IsLostRecord(old):
+			return fmt.Errorf("store init: the store is marked lost (%s) by a replica that found it emptied, replaced or gone back in time; "+
+				"raise the marks to the lease service's current tokens (fenceproxy marks raise), then add --force", old)
+		case errors.Is(err, fencestore.ErrIdentityExists):
+			return fmt.Errorf("store init: the store already has the identity record %s, and it is intact: nothing to do", old)
+		case errors.Is(err, fencestore.ErrNotLost):
+			return fmt.Errorf("store init --force: refused: the store is not lost (its identity record %s is intact, and no replica "+
+				"marked it lost); a new record would only make every replica refuse it. To move one mark back, use "+
+				"fenceproxy marks reset --force", old)
 		}
 		if err != nil {
 			return err

@@ -66,11 +66,13 @@ func TestMarksCommandsBolt(t *testing.T) {
 
 	out, _, err = cmd("store", "init")
 	want(out, err, "identity ")
-	if _, _, err = cmd("store", "init"); err == nil || !strings.Contains(err.Error(), "--force") {
+	if _, _, err = cmd("store", "init"); err == nil || !strings.Contains(err.Error(), "intact") {
 		t.Fatalf("second store init: %v", err)
 	}
-	out, _, err = cmd("store", "init", "--force")
-	want(out, err, "forced-")
+	// A store that is not lost: --force is refused, and says why.
+	if _, _, err = cmd("store", "init", "--force"); err == nil || !strings.Contains(err.Error(), "refused: the store is not lost") {
+		t.Fatalf("store init --force on an intact store: %v", err)
+	}
 	if _, _, err = cmd("marks", "get", ""); exitCode(err) != 2 || !strings.Contains(err.Error(), "empty") {
 		t.Fatalf("marks get of an empty name: %v", err)
 	}

@@ -110,14 +110,16 @@ func wantNoEvictionAdvice(t *testing.T, p *program) {
 // admission script, which runs with the caller's permissions), WAIT
 // (FENCE_REDIS_MIN_REPLICAS), CONFIG GET (the eviction and persistence
 // checks), INFO (the watch of the master's run id and role), on the keys of
-// FENCE_KEY_PREFIX only. The drain barrier adds the in-flight keys beside
+// FENCE_KEY_PREFIX only; HMGET and HINCRBY on the generation beside the
+// identity record ({fence:}:generation), called by the admission script and
+// Ping. The drain barrier adds the in-flight keys beside
 // the marks ({fence:<resource>}:inflight), the commands its scripts call on
 // them (ZADD, ZREM, ZRANGEBYLEX, PTTL, PEXPIRE, TIME) and its notification
 // channel (PUBLISH, SUBSCRIBE on fence:inflight). SCAN finds whether a store
 // without an identity record holds marks (at start). A cluster client also needs
 // CLUSTER SLOTS and COMMAND (see TestRedisCluster).
 var fenceACL = []any{"~fence:*", "~{fence:*", "resetchannels", "&fence:inflight", "-@all",
-	"+ping", "+evalsha", "+eval", "+get", "+set", "+wait", "+config|get", "+info",
+	"+ping", "+evalsha", "+eval", "+get", "+set", "+wait", "+config|get", "+info", "+hmget", "+hincrby",
 	"+zadd", "+zrem", "+zrangebylex", "+pttl", "+pexpire", "+time", "+publish", "+subscribe", "+scan"}
 
 // addFenceUser creates the ACL user fence/secret with fenceACL and extra on

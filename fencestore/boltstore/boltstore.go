@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,10 @@ type Options struct {
 	// LockTimeout is how long Open waits for the file lock that another
 	// process holds. Zero means DefaultLockTimeout; negative means no wait.
 	LockTimeout time.Duration
+	// GenerationFile is where the process remembers the greatest store
+	// generation it saw, across restarts (generation.go). Empty means the
+	// store's path and ".generation"; "-" means nowhere (memory only).
+	GenerationFile string
 }
 
 // Store is a fencestore.Store in a bbolt file.
@@ -75,6 +80,12 @@ type Store struct {
 	// expect is the identity every admission must find (Expect); nil: no
 	// check.
 	expect atomic.Pointer[string]
+	// gens is the greatest generation seen (generation.go); genFile
+	// remembers it across restarts (nil: not), genWritten what it holds.
+	gens       *fencestore.Generations
+	genFile    *os.File
+	genMu      sync.Mutex
+	genWritten uint64
 }
 
 // pending is one admission waiting for the committer.
@@ -112,18 +123,30 @@ func Open(path string, opts Options) (*Store, error) {
 	// pages a previous process wrote but did not sync before it died are
 	// still in the page cache, and fdatasync writes them too.
 	var txid int
+	st := &Store{prefix: opts.KeyPrefix}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		txid = tx.ID()
-		_, err := tx.CreateBucketIfNotExists(bucket)
-		return err
+		if _, err := tx.CreateBucketIfNotExists(bucket); err != nil {
+			return err
+		}
+		return st.migrateIdentity(tx)
 	}); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: create bucket: %w", path, err)
 	}
-	st := &Store{
-		db: db, prefix: opts.KeyPrefix, maxBatch: maxBatch,
-		queue:   make(chan *pending, maxBatch),
-		stopped: make(chan struct{}),
+	st.db, st.maxBatch = db, maxBatch
+	st.queue, st.stopped = make(chan *pending, maxBatch), make(chan struct{})
+	st.gens = fencestore.NewGenerations(1)
+	switch genPath := opts.GenerationFile; genPath {
+	case "-":
+	default:
+		if genPath == "" {
+			genPath = path + ".generation"
+		}
+		if st.genFile, err = openGenerationFile(genPath); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("boltstore: open %s: %w", genPath, err)
+		}
 	}
 	st.durable.Store(int64(txid))
 	go st.commit()
@@ -174,7 +197,8 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		if b == nil {
 			return errors.New("bucket missing")
 		}
-		if err := s.lost(tx); err != nil {
+		gen, op, err := s.lost(tx)
+		if err != nil {
 			return err
 		}
 		mark, ok, err := parseMark(key, b.Get(key))
@@ -182,7 +206,8 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 			return err
 		}
 		var write bool
-		d, _, write = a.Decide(mark, ok)
+		d, _, write = a.DecideAfter(mark, ok, op)
+		d.Generation = gen
 		settled = !write
 		return nil
 	})
@@ -194,6 +219,7 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: %w", key, err))
 	}
 	if settled {
+		s.gens.See(0, d.Generation)
 		return d, nil
 	}
 
@@ -219,6 +245,7 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		if p.err != nil {
 			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: %w", key, p.err))
 		}
+		s.gens.See(0, p.d.Generation)
 		return p.d, nil
 	case <-ctx.Done():
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("boltstore: admit %q: indeterminate, may still commit: %w", key, ctx.Err()))
@@ -249,19 +276,38 @@ func (s *Store) commit() {
 			}
 		}
 		var txid int
+		var gen uint64
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			txid = tx.ID()
 			b := tx.Bucket(bucket)
 			if b == nil {
 				return errors.New("bucket missing")
 			}
-			lost := s.lost(tx)
+			var op uint64
+			var lost error
+			gen, op, lost = s.lost(tx)
+			wrote := false
 			for _, p := range batch {
 				if lost != nil {
 					p.d, p.err = fencestore.Decision{}, lost
 					continue
 				}
-				p.d, p.err = decide(b, p.key, p.a)
+				var w bool
+				p.d, w, p.err = decide(b, p.key, p.a, op)
+				wrote = wrote || w
+			}
+			// Every mark written advances the generation, in this
+			// same transaction.
+			if wrote && s.expect.Load() != nil {
+				var err error
+				if gen, err = s.advance(tx, gen, false); err != nil {
+					return err
+				}
+			}
+			for _, p := range batch {
+				if p.err == nil && s.expect.Load() != nil {
+					p.d.Generation = gen
+				}
 			}
 			return nil
 		})
@@ -273,6 +319,7 @@ func (s *Store) commit() {
 				testHookDurable()
 			}
 			s.durable.Store(int64(txid))
+			s.remember(gen)
 		}
 		for _, p := range batch {
 			// On failure the group's writes may still hold (a failed
@@ -286,20 +333,21 @@ func (s *Store) commit() {
 	}
 }
 
-// decide admits a against key's mark in b and advances the mark. A corrupt
-// mark fails this admission only, not its group.
-func decide(b *bolt.Bucket, key []byte, a fencestore.Admission) (fencestore.Decision, error) {
+// decide admits a against key's mark in b and advances the mark, setting
+// aside a floor seen before the operator's generation op; wrote reports a
+// write. A corrupt mark fails this admission only, not its group.
+func decide(b *bolt.Bucket, key []byte, a fencestore.Admission, op uint64) (d fencestore.Decision, wrote bool, err error) {
 	mark, ok, err := parseMark(key, b.Get(key))
 	if err != nil {
-		return fencestore.Decision{}, err
+		return fencestore.Decision{}, false, err
 	}
-	d, next, write := a.Decide(mark, ok)
+	d, next, write := a.DecideAfter(mark, ok, op)
 	if write {
 		if err := b.Put(key, next.AppendValue(nil)); err != nil {
-			return fencestore.Decision{}, err
+			return fencestore.Decision{}, false, err
 		}
 	}
-	return d, nil
+	return d, write, nil
 }
 
 // Mark returns resource's mark, and false when it has none. It reads the
@@ -311,7 +359,9 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	return m.Token, ok, err
 }
 
-// Ping reports whether the file is open and readable.
+// Ping reports whether the file is open and readable, and, once Expect
+// named an identity, whether it is still there and the generation has not
+// gone back (a *fencestore.LostError).
 func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Unavailable(err)
@@ -320,8 +370,13 @@ func (s *Store) Ping(ctx context.Context) error {
 		if tx.Bucket(bucket) == nil {
 			return errors.New("bucket missing")
 		}
-		return nil
+		_, _, err := s.lost(tx)
+		return err
 	})
+	var lost *fencestore.LostError
+	if errors.As(err, &lost) {
+		return lost
+	}
 	if err != nil {
 		return fencestore.Unavailable(fmt.Errorf("boltstore: ping: %w", err))
 	}
@@ -354,6 +409,9 @@ func (s *Store) Close() error {
 	close(s.queue) // no Admit can be sending: they hold mu.RLock while they do
 	s.mu.Unlock()
 	<-s.stopped
+	if s.genFile != nil {
+		_ = s.genFile.Close()
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("boltstore: close: %w", err)
 	}

@@ -13,29 +13,31 @@ import (
 
 var _ fencestore.Keeper = (*Store)(nil)
 
-// The identity record lives in a bucket of its own: a bolt key may not be
-// empty, so it cannot be the bare key prefix as in Redis, and apart from
-// the marks no resource name can ever spell it.
-var (
-	metaBucket  = []byte("meta")
-	identityKey = []byte("identity")
-)
+// The identity record lives in a bucket of its own, apart from the marks,
+// so no resource name can ever spell it, under a name bound to the key
+// prefix (generation.go).
+var metaBucket = []byte("meta")
 
-// lost reports the *LostError an admission must fail with in tx, or nil:
-// none when no identity is expected.
-func (s *Store) lost(tx *bolt.Tx) error {
+// lost reads the generation and the operator's generation in tx, and
+// reports the *LostError an admission must fail with, or nil: none when no
+// identity is expected; one when the identity record is gone or another,
+// or the generation is below the greatest this process saw.
+func (s *Store) lost(tx *bolt.Tx) (gen, op uint64, err error) {
 	want := s.expect.Load()
 	if want == nil {
-		return nil
+		return 0, 0, nil
 	}
 	var found []byte
 	if b := tx.Bucket(metaBucket); b != nil {
-		found = b.Get(identityKey)
+		found = b.Get(s.metaKey(identityName))
 	}
-	if string(found) == *want {
-		return nil
+	if string(found) != *want {
+		return 0, 0, &fencestore.LostError{Want: *want, Found: string(found)}
 	}
-	return &fencestore.LostError{Want: *want, Found: string(found)}
+	if gen, op, err = s.generation(tx); err != nil {
+		return 0, 0, err
+	}
+	return gen, op, fencestore.Rollback(*want, s.gens.Seen(0), gen)
 }
 
 // Identity returns the identity record, "" when there is none.
@@ -43,14 +45,16 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 	var id string
 	err := s.keeperView(ctx, "identity", func(tx *bolt.Tx) error {
 		if b := tx.Bucket(metaBucket); b != nil {
-			id = string(b.Get(identityKey))
+			id = string(b.Get(s.metaKey(identityName)))
 		}
 		return nil
 	})
 	return id, err
 }
 
-// Init writes a new identity record, in its own durable commit.
+// Init writes a new identity record, in its own durable commit; with
+// force only over a lost store (no record, a lost record) or a record an
+// operator forced before.
 func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 	id := fencestore.NewIdentity(force)
 	err := s.keeperUpdate(ctx, "init", func(tx *bolt.Tx) error {
@@ -58,10 +62,14 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 		if err != nil {
 			return err
 		}
-		if b.Get(identityKey) != nil && !force {
+		held := b.Get(s.metaKey(identityName))
+		switch {
+		case held != nil && !force:
 			return fencestore.ErrIdentityExists
+		case held != nil && !fencestore.IsLostRecord(string(held)) && !fencestore.Forced(string(held)):
+			return fencestore.ErrNotLost
 		}
-		return b.Put(identityKey, []byte(id))
+		return b.Put(s.metaKey(identityName), []byte(id))
 	})
 	if err != nil {
 		return "", err
@@ -69,8 +77,19 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 	return id, nil
 }
 
-// Expect makes every later admission check the identity record.
-func (s *Store) Expect(id string) { s.expect.Store(&id) }
+// Expect makes every later admission check the identity record. A record
+// other than the one expected before starts a new history: the generation
+// seen is forgotten, and taken from the generation file when it remembers
+// this record.
+func (s *Store) Expect(id string) {
+	if old := s.expect.Swap(&id); old == nil || *old != id {
+		s.gens.Forget()
+		s.genMu.Lock()
+		s.genWritten = 0
+		s.genMu.Unlock()
+		s.gens.See(0, s.recall(id))
+	}
+}
 
 // HasMarks reports whether the store holds any mark under its prefix.
 func (s *Store) HasMarks(ctx context.Context) (bool, error) {
@@ -157,7 +176,10 @@ func (s *Store) Raise(ctx context.Context, resource string, m fencestore.Mark) (
 			return nil
 		}
 		changed = true
-		return b.Put(key, m.AppendValue(nil))
+		if err := b.Put(key, m.AppendValue(nil)); err != nil {
+			return err
+		}
+		return s.operatorChange(tx)
 	})
 	return old, had, changed, err
 }
@@ -178,9 +200,14 @@ func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) 
 			had = true
 		}
 		if m == nil {
-			return b.Delete(key)
+			err = b.Delete(key)
+		} else {
+			err = b.Put(key, m.AppendValue(nil))
 		}
-		return b.Put(key, m.AppendValue(nil))
+		if err != nil {
+			return err
+		}
+		return s.operatorChange(tx)
 	})
 	return old, had, err
 }

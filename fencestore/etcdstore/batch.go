@@ -102,6 +102,7 @@ type queued struct {
 	p      *plan
 	op     *pb.RequestOp // the admission's transaction
 	expect string        // the identity its batch must check, "" none
+	seen   uint64        // the greatest revision seen when it was queued (keeper.go)
 	size   int           // op's encoded size
 	depth  int           // opsDepth of op
 

@@ -52,6 +52,9 @@ type Store struct {
 	drainPoll time.Duration
 	// expect is the identity every admission must find ("" none).
 	expect atomic.Pointer[string]
+	// gens is the greatest revision seen (the etcd store's generation:
+	// keeper.go).
+	gens *fencestore.Generations
 
 	// The drain barrier (flight.go): records are named by replica and a
 	// count, and attached to the leases in leases; flights keeps this
@@ -103,6 +106,7 @@ func New(client *clientv3.Client, opts Options) *Store {
 		drainPoll: poll,
 		replica:   hex.EncodeToString(r[:]),
 		done:      make(chan struct{}),
+		gens:      fencestore.NewGenerations(1),
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.leases.s = s
@@ -200,6 +204,9 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 // admit queues one admission transaction and waits for its batch.
 func (s *Store) admit(ctx context.Context, a fencestore.Admission, fl *flightReg) (fencestore.Decision, error) {
 	q := prepare(ctx, newPlan(s.keys.markKey(a.Resource), a, fl), s.expectation())
+	// The revision seen before the transaction is sent: etcd commits it
+	// at a later one, whatever other batches answer meanwhile.
+	q.seen = s.gens.Seen(0)
 	if !s.batch.add(q) {
 		return fencestore.Decision{}, errClosed
 	}
@@ -223,6 +230,11 @@ func (s *Store) decide(ctx context.Context, q *queued) (fencestore.Decision, err
 	case r.lost:
 		return fencestore.Decision{}, &fencestore.LostError{Want: q.expect, Found: r.found}
 	}
+	if q.expect != "" {
+		if err := s.revision(q.expect, q.seen, r.rev); err != nil {
+			return fencestore.Decision{}, err
+		}
+	}
 	return q.p.interpret(r.rev, r.rs)
 }
 
@@ -238,8 +250,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if _, err := s.client.Get(ctx, s.keys.identity, clientv3.WithCountOnly()); err != nil {
+	seen := s.gens.Seen(0)
+	resp, err := s.client.Get(ctx, s.keys.identity, clientv3.WithCountOnly())
+	if err != nil {
 		return s.fail(ctx, "ping", err)
+	}
+	if want := s.expectation(); want != "" {
+		return s.revision(want, seen, resp.Header.GetRevision())
 	}
 	return nil
 }

@@ -52,6 +52,15 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 	id := fencestore.NewIdentity(force)
 	put := clientv3.OpPut(s.keys.identity, id)
 	if force {
+		// Only over a lost store (no record, a lost record) or a record
+		// an operator forced before.
+		held, err := s.Identity(ctx)
+		if err != nil {
+			return "", err
+		}
+		if held != "" && !fencestore.IsLostRecord(held) && !fencestore.Forced(held) {
+			return "", fencestore.ErrNotLost
+		}
 		if _, err := s.client.Put(ctx, s.keys.identity, id); err != nil {
 			return "", s.fail(ctx, "init", err)
 		}
@@ -70,8 +79,71 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 }
 
 // Expect makes every later admission compare the identity record with id
-// in its own transaction ("" stops the check).
-func (s *Store) Expect(id string) { s.expect.Store(&id) }
+// in its own transaction ("" stops the check). A record other than the one
+// expected before starts a new history: the revision seen is forgotten.
+func (s *Store) Expect(id string) {
+	if old := s.expect.Swap(&id); old == nil || *old != id {
+		s.gens.Forget()
+	}
+}
+
+// The generation of an etcd store is its revision, which etcd advances in
+// the transaction of every write and reports in every response's header:
+// it costs no key and no round trip of its own. A response whose revision
+// is below the greatest this process saw comes from a store that went back
+// in time (a snapshot restore without --bump-revision). The admission
+// whose transaction meets it may have written its mark on the restored
+// store; it is refused all the same (503, nothing forwarded).
+
+// revision checks rev, the revision of a response to a request sent after
+// seen was the greatest revision seen, and remembers it. A linearizable
+// store answers such a request at seen or later; responses to requests
+// sent before it may arrive after it with lower revisions, which is why
+// the comparison is with seen and not with what is remembered now.
+func (s *Store) revision(want string, seen uint64, rev int64) error {
+	if rev <= 0 {
+		return nil
+	}
+	if err := fencestore.Rollback(want, seen, uint64(rev)); err != nil {
+		return err
+	}
+	s.gens.See(0, uint64(rev))
+	return nil
+}
+
+// MarkLost writes a lost record in place of the identity record, unless it
+// holds a lost record already or one that supersedes want: a compare of
+// the record's revision with the one read, retried on conflict.
+func (s *Store) MarkLost(ctx context.Context, want string) (string, error) {
+	if err := s.check(ctx); err != nil {
+		return "", err
+	}
+	for range casAttempts {
+		resp, err := s.client.Get(ctx, s.keys.identity)
+		if err != nil {
+			return "", s.fail(ctx, "mark lost", err)
+		}
+		var held string
+		var rev int64
+		if len(resp.Kvs) > 0 {
+			held, rev = string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
+		}
+		if fencestore.IsLostRecord(held) || fencestore.Supersedes(held, want) {
+			return held, nil
+		}
+		lost := fencestore.LostRecord()
+		t, err := s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(s.keys.identity), "=", rev)).
+			Then(clientv3.OpPut(s.keys.identity, lost)).Commit()
+		if err != nil {
+			return "", s.fail(ctx, "mark lost", err)
+		}
+		if t.Succeeded {
+			return lost, nil
+		}
+	}
+	return "", fencestore.Unavailable(fmt.Errorf("etcdstore: mark lost: %w", errContended))
+}
 
 func (s *Store) expectation() string {
 	if p := s.expect.Load(); p != nil {

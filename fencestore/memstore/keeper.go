@@ -28,11 +28,15 @@ func (s *Store) Identity(ctx context.Context) (id string, err error) {
 	return id, err
 }
 
-// Init writes a new identity record.
+// Init writes a new identity record; with force only over a lost one
+// (none, or a lost record), or one an operator forced before.
 func (s *Store) Init(ctx context.Context, force bool) (id string, err error) {
 	err = s.locked(ctx, func() error {
-		if s.identity != "" && !force {
+		switch {
+		case s.identity != "" && !force:
 			return fencestore.ErrIdentityExists
+		case force && s.identity != "" && !fencestore.IsLostRecord(s.identity) && !fencestore.Forced(s.identity):
+			return fencestore.ErrNotLost
 		}
 		s.identity = fencestore.NewIdentity(force)
 		id = s.identity
@@ -41,10 +45,35 @@ func (s *Store) Init(ctx context.Context, force bool) (id string, err error) {
 	return id, err
 }
 
-// Expect makes every later admission check the identity record.
+// Expect makes every later admission check the identity record. A new
+// record starts a new history: the generation seen is forgotten.
 func (s *Store) Expect(id string) {
 	s.mu.Lock()
+	if id != s.expect {
+		s.seen = 0
+	}
 	s.expect = id
+	s.mu.Unlock()
+}
+
+// MarkLost replaces the identity record with a lost record, unless it holds
+// one that supersedes want.
+func (s *Store) MarkLost(ctx context.Context, want string) (id string, err error) {
+	err = s.locked(ctx, func() error {
+		if !fencestore.Supersedes(s.identity, want) && !fencestore.IsLostRecord(s.identity) {
+			s.identity = fencestore.LostRecord()
+		}
+		id = s.identity
+		return nil
+	})
+	return id, err
+}
+
+// Restore sets the store's generation back to gen, as a store restored
+// from a backup taken then would be (tests).
+func (s *Store) Restore(gen uint64) {
+	s.mu.Lock()
+	s.gen = gen
 	s.mu.Unlock()
 }
 
@@ -96,6 +125,8 @@ func (s *Store) Raise(ctx context.Context, resource string, m fencestore.Mark) (
 		old, had = s.marks[resource]
 		if !had || old.Before(m) {
 			s.marks[resource], changed = m, true
+			s.gen++
+			s.op = s.gen
 		}
 		return nil
 	})
@@ -111,6 +142,8 @@ func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) 
 		} else {
 			s.marks[resource] = *m
 		}
+		s.gen++
+		s.op = s.gen
 		return nil
 	})
 	return old, had, err

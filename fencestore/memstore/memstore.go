@@ -24,6 +24,10 @@ type Store struct {
 	// identity is the store's identity record ("" none), expect the one
 	// every admission must find ("" no check).
 	identity, expect string
+	// gen is the store's generation, op the generation of the last
+	// operator change of marks (fencestore/generation.go); seen is the
+	// greatest generation admissions have seen, as a replica remembers it.
+	gen, op, seen uint64
 	// flights is the drain barrier: the store lives in one process, so
 	// does the barrier.
 	flights fencestore.LocalFlights
@@ -56,10 +60,24 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	if s.expect != "" && s.identity != s.expect {
 		return fencestore.Decision{}, &fencestore.LostError{Want: s.expect, Found: s.identity}
 	}
+	if s.expect != "" {
+		if err := fencestore.Rollback(s.expect, s.seen, s.gen); err != nil {
+			return fencestore.Decision{}, err
+		}
+	}
 	mark, ok := s.marks[a.Resource]
-	d, next, write := a.Decide(mark, ok)
+	op := s.op
+	if s.expect == "" {
+		op = 0 // as the Redis store: the generation goes with the identity
+	}
+	d, next, write := a.DecideAfter(mark, ok, op)
 	if write {
 		s.marks[a.Resource] = next
+		s.gen++
+	}
+	if s.expect != "" {
+		s.seen = max(s.seen, s.gen)
+		d.Generation = s.gen
 	}
 	return d, nil
 }
@@ -79,9 +97,19 @@ func (s *Store) Mark(ctx context.Context, resource string) (uint64, bool, error)
 	return m.Token, ok, err
 }
 
-// Ping fails only when ctx is done or the store is closed.
+// Ping fails when ctx is done or the store is closed, and with a
+// *fencestore.LostError once the identity expected is gone or the
+// generation went back.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.locked(ctx, func() error { return nil })
+	return s.locked(ctx, func() error {
+		if s.expect == "" {
+			return nil
+		}
+		if s.identity != s.expect {
+			return &fencestore.LostError{Want: s.expect, Found: s.identity}
+		}
+		return fencestore.Rollback(s.expect, s.seen, s.gen)
+	})
 }
 
 // Close drops the marks; later calls return an error wrapping

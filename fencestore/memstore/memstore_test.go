@@ -55,3 +55,9 @@ func TestKeeperConformance(t *testing.T) {
 		func(*testing.T) storetest.KeeperStore { return memstore.New() },
 		func(_ *testing.T, s storetest.KeeperStore) { s.(*memstore.Store).Clear() })
 }
+
+func TestGeneration(t *testing.T) {
+	storetest.RunGeneration(t,
+		func(*testing.T) storetest.KeeperStore { return memstore.New() },
+		func(_ *testing.T, s storetest.KeeperStore, to uint64) { s.(*memstore.Store).Restore(to) })
+}

@@ -1,4 +1,4 @@
--- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s") of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there; returns {flag, mark, member, older, olders, regressed} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), olders those entries (their members, separated by spaces; "" for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back (else 0)
+-- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key, or the identity key and the generation key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s", then "@" and the generation it was seen at) of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there, and with the generation key the greatest generation the caller has seen there; returns {flag, mark, member, older, olders, regressed, generation} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected, or -3 with the generation the store holds when it is below the one the caller has seen (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), olders those entries (their members, separated by spaces; "" for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back, 2 when the floor was set aside because an operator changed marks after its generation (else 0), generation the store's generation after the run ("0" without the generation key)
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
@@ -49,6 +49,16 @@
 -- before anything is written; when it does not hold the expected identity
 -- (none, another one), every admission of the run answers -2 with what it
 -- holds, and nothing is written: the store was emptied or replaced.
+--
+-- The generation (fencestore/generation.go): with an even number of keys
+-- and two arguments more than the admissions take, the last two keys are
+-- the identity key and the generation key (a hash: g the generation, op the
+-- generation of the operator's last change of marks, both 0 when absent),
+-- and the last two arguments the identity expected and the greatest
+-- generation the caller has seen. A store whose g is below it went back in
+-- time: every admission answers -3 with g, and nothing is written. A run
+-- that writes a mark advances g by one (HINCRBY), in the same run; a floor
+-- seen at a generation below op is set aside (regressed 2).
 -- pad writes canonical decimal s in 20 digits, so that the bytes sort as
 -- the numbers do.
 local function pad(s)
@@ -93,10 +103,16 @@ local function enter(key, token, seq, bound, id)
 end
 
 local nkeys, nargs = #KEYS, #ARGV
-local idkey, want
+local idkey, want, genkey, seen
 if nkeys % 2 == 1 then
   idkey, want = KEYS[nkeys], ARGV[nargs]
   nkeys, nargs = nkeys - 1, nargs - 1
+elseif nkeys >= 4 and (nargs - 2) % 5 <= 1 and math.floor((nargs - 2) / 5) == nkeys / 2 - 1 then
+  idkey, genkey, want, seen = KEYS[nkeys - 1], KEYS[nkeys], ARGV[nargs - 1], ARGV[nargs]
+  nkeys, nargs = nkeys - 2, nargs - 2
+  if type(seen) ~= 'string' or not canonical(seen) then
+    return redis.error_reply('ERR fenceproxy: the generation seen is not a canonical decimal')
+  end
 end
 local n = nkeys / 2
 if n < 1 or (nargs ~= 5 * n and nargs ~= 5 * n + 1) then
@@ -138,11 +154,15 @@ for i = 1, n do
     return redis.error_reply('ERR fenceproxy: floor is neither empty nor a mark')
   end
   if floor ~= '' then
-    local ft, fs = parse(floor)
-    if ft == nil then
+    local fm, fg = string.match(floor, '^([^@]*)@(.*)$')
+    if fm == nil then
+      fm, fg = floor, '0'
+    end
+    local ft, fs = parse(fm)
+    if ft == nil or not canonical(fg) then
       return redis.error_reply('ERR fenceproxy: floor is neither empty nor a mark')
     end
-    floors[i] = {ft, fs}
+    floors[i] = {ft, fs, fm, fg}
   end
 end
 
@@ -158,12 +178,44 @@ if idkey ~= nil then
       result = ''
     end
     for i = 1, n do
-      local b = 6 * (i - 1)
-      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, '', 0, '', 0
+      local b = 7 * (i - 1)
+      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6], out[b + 7] = flag, result, '', 0, '', 0, '0'
     end
     return out
   end
 end
+-- The generation, read with the identity, before anything is written.
+local gen, op = '0', '0'
+if genkey ~= nil then
+  local g, err = call('HMGET', genkey, 'g', 'op')
+  local flag, result
+  if err then
+    flag, result = -1, 'generation key: ' .. err .. ' at ' .. genkey
+  else
+    gen, op = g[1] or '0', g[2] or '0'
+    if not canonical(gen) or not canonical(op) then
+      flag, result = -1, 'corrupt generation at ' .. genkey
+    elseif cmp(seen, gen) > 0 then
+      flag, result = -3, gen
+    end
+  end
+  if flag ~= nil then
+    for i = 1, n do
+      local b = 7 * (i - 1)
+      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6], out[b + 7] = flag, result, '', 0, '', 0, '0'
+    end
+    return out
+  end
+  -- A floor seen before the operator's last change of marks is set
+  -- aside: the operator's word stands over what a replica remembers.
+  for i = 1, n do
+    local f = floors[i]
+    if f ~= nil and op ~= '0' and cmp(f[4], op) < 0 then
+      floors[i] = false
+    end
+  end
+end
+local wrote = false
 
 for i = 1, n do
   local key, fkey = KEYS[2 * i - 1], KEYS[2 * i]
@@ -191,9 +243,11 @@ for i = 1, n do
     -- A floor above the stored mark, or a floor and no mark: the mark
     -- regressed, and the floor stands in for it.
     local f = floors[i]
-    if f ~= nil and (mark == false or before(mt, ms, f[1], f[2])) then
+    if f == false then
+      regressed = 2
+    elseif f ~= nil and (mark == false or before(mt, ms, f[1], f[2])) then
       regressed = 1
-      mark, mt, ms = ARGV[5 * i], f[1], f[2]
+      mark, mt, ms = f[3], f[1], f[2]
     end
     if mark == false then
       flag, result, write = 1, pair, pair
@@ -244,6 +298,8 @@ for i = 1, n do
         call('ZREM', fkey, member)
         member, olders = '', {}
       end
+    else
+      wrote = true
     end
   end
   if flag == -1 then
@@ -255,7 +311,17 @@ for i = 1, n do
     o = 1
   end
   olders = table.concat(olders, ' ')
-  local b = 6 * (i - 1)
+  local b = 7 * (i - 1)
   out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, member, o, olders, regressed
+end
+-- Every mark written advances the generation, in this same run.
+if genkey ~= nil and wrote then
+  local g, err = call('HINCRBY', genkey, 'g', 1)
+  if not err then
+    gen = string.format('%.0f', g)
+  end
+end
+for i = 1, n do
+  out[7 * i] = gen
 end
 return out

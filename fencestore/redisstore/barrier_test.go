@@ -141,7 +141,7 @@ func TestScriptReleasePublishes(t *testing.T) {
 	enter := func(token, seq, id string) string {
 		t.Helper()
 		r, err := c.Eval(ctx, admit, []string{key, fkey}, token, "ge", seq, "60000 "+id, "").Slice()
-		if err != nil || len(r) != 6 || r[0] != int64(1) {
+		if err != nil || len(r) != 7 || r[0] != int64(1) {
 			t.Fatalf("admit %s: %v, %v", token, r, err)
 		}
 		return r[2].(string)
@@ -268,10 +268,11 @@ func TestBarrierBraces(t *testing.T) {
 			t.Errorf("cluster: Admit(%q) without the barrier = %+v, %v", res, d, err)
 		}
 	}
-	// A hash tag of the resource's own: the in-flight key keeps it.
+	// A hash tag of the resource's own: the in-flight key is named after
+	// it, outside the prefix.
 	f := flyThrough(t, cs, fencestore.Admission{Resource: "orders/{42}", Token: 1, Flight: time.Minute})
-	if f.Key != prefix+"orders/{42}:inflight" {
-		t.Errorf("in-flight key %q, want %q", f.Key, prefix+"orders/{42}:inflight")
+	if want := "{42}:inflight:" + prefix + "orders/{42}"; f.Key != want {
+		t.Errorf("in-flight key %q, want %q", f.Key, want)
 	}
 	if n, err := cc.ZCard(ctx, f.Key).Result(); err != nil || n != 1 {
 		t.Errorf("ZCARD %s = %d, %v", f.Key, n, err)

@@ -374,7 +374,7 @@ func recheck(ctx context.Context, p pipeliner, live []*admission, late map[strin
 	}
 	for _, a := range live {
 		r, ok := a.reply.([]any)
-		if a.err != nil || !ok || len(r) != 6 || !late[a.keys[1]] || r[3] != int64(1) {
+		if a.err != nil || !ok || len(r) != replyLen || !late[a.keys[1]] || r[3] != int64(1) {
 			continue
 		}
 		text, ok := r[4].(string)
@@ -478,7 +478,7 @@ func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []relea
 // execOne releases rels with one run of release.lua and admits live with
 // one run of admit.lua over all their keys, in queue order, in one
 // pipeline; admit.lua's reply holds a {flag, mark, member, older, olders,
-// regressed} group per admission. Admissions that expect another identity
+// regressed, generation} group per admission. Admissions that expect another identity
 // than the one before them (an Expect between the two) start a run of
 // their own, in the same pipeline: one run checks one identity.
 func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release, errs []error) {
@@ -550,14 +550,14 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 	}
 	for _, r := range runs {
 		reply, err := r.cmd.Slice()
-		if err == nil && len(reply) != 6*len(r.live) {
+		if err == nil && len(reply) != replyLen*len(r.live) {
 			err = fmt.Errorf("redisstore: batch of %d got %d replies", len(r.live), len(reply))
 		}
 		for i, a := range r.live {
 			if err != nil {
 				a.err = err
 			} else {
-				a.reply = reply[6*i : 6*i+6]
+				a.reply = reply[replyLen*i : replyLen*i+replyLen]
 			}
 		}
 	}

@@ -35,18 +35,19 @@
 //
 // The drain barrier (fencestore.Flight; flight.go). An admission with
 // Admission.Flight enters the admitted request, in the same script run, into
-// the in-flight key beside its mark: KeyPrefix+resource+":inflight" when the
+// the in-flight key beside its mark: "{"+tag+"}:inflight:"+mark when the
 // mark key has a hash tag (Redis's rule: the first '{', then the first '}'
-// after it, something between: `fence:orders/{42}:inflight`), else
+// after it, something between: `{42}:inflight:fence:orders/{42}`), else
 // "{"+KeyPrefix+resource+"}:inflight" when the mark key has no '}' at all
 // (`{fence:orders/42}:inflight`: the whole mark key is its tag, so both hash
-// alike). Either way the two keys share a Cluster slot (and a Ring shard),
+// alike). Both begin with '{', as no mark key does under a valid prefix
+// (keys_test.go enumerates every key kind). Either way the two keys share a Cluster slot (and a Ring shard),
 // as a script's keys must. A mark key with a '}' but no tag ("a{}b", "x}y")
 // hashes whole, and no other name hashes as it does: on a Cluster or Ring
 // client its admissions with the barrier fail closed (an error wrapping
 // fencestore.ErrUnavailable that says so; nothing is written), without the
-// barrier they are as before; on a single server (plain, Sentinel) the
-// second form is used anyway. The in-flight key is a sorted set, every
+// barrier they are as before; on a single server (plain, Sentinel)
+// "{}:inflight:"+mark is used. The in-flight key is a sorted set, every
 // score 0, so that members sort by their bytes (Redis compares them with
 // memcmp, whatever the server's locale): the order (the token in 20 digits,
 // ':', the sequence in 20 digits or 20 '-' for none), ':', the request's
@@ -56,11 +57,7 @@
 // before it; admit.lua answers them with the admission (the request's
 // snapshot), and the Drain waits for those and for nothing admitted after
 // it, so a stream of later requests ordered before it cannot starve it.
-// The in-flight names are taken: a resource whose mark key is another's
-// in-flight key (a resource named "orders/{42}:inflight") fails closed
-// (WRONGTYPE) on one of the two; and with a KeyPrefix that is empty or
-// begins with '{', a resource named "{x}" shares resource "x"'s in-flight
-// key, so each may wait for the other (never less than it should).
+// No resource name spells an in-flight key, and no two resources share one.
 //
 // No clock of Redis's decides the barrier (drain.go). A waiter gives up an
 // older request of its snapshot only when its release is announced, when a
@@ -133,6 +130,11 @@
 // script run, and the reply's sixth value per admission says so
 // (Decision.Regressed). A corrupt mark is not healed: it still fails its
 // admissions, closed, until an operator's Reset repairs it.
+//
+// The generation (fencestore/generation.go; generation.go) is a hash beside
+// each identity record, read with it in every admission's run, compared
+// with the greatest generation the replica has seen (an argument) and
+// advanced when the run writes a mark.
 //
 // The identity record (fencestore.Keeper; keeper.go) is the key KeyPrefix
 // itself (`GET fence:`): every resource name is non-empty, so no mark key is

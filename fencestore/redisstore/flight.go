@@ -45,19 +45,18 @@ const (
 
 // flightKey returns the in-flight key beside mark, and whether it is in
 // mark's Cluster slot. A script may touch the keys of one slot only, so the
-// two must share one: a mark with a hash tag (Redis's rule: the first '{',
-// then the first '}' after it, something between) keeps its tag with the
-// suffix; a mark without any '}' becomes the tag of its in-flight key, whole
-// (`{fence:orders/42}:inflight` hashes as `fence:orders/42` does). A mark
-// with a '}' but no tag ("a{}b", "x}y", and "") hashes whole, and a name
-// that hashes as it does while being another name cannot be built: the key
-// returned then (of the second form) lands in another slot, which only a
-// single server can use.
+// two must share one: besideKey (generation.go) names it after mark's hash
+// tag when it has one (`{42}:inflight:fence:orders/{42}`), else after the
+// whole mark when it has no '}' (`{fence:orders/42}:inflight`, which hashes
+// as `fence:orders/42` does). A mark with a '}' but no tag ("a{}b", "x}y",
+// and "") hashes whole, and a name that hashes as it does while being
+// another name cannot be built: the key returned then lands in another
+// slot, which only a single server can use. Every form begins with '{',
+// which no mark key does under a valid prefix (keys.go): no resource name
+// spells an in-flight key.
 func flightKey(mark string) (string, bool) {
-	if hasHashTag(mark) {
-		return mark + flightSuffix, true
-	}
-	return "{" + mark + "}" + flightSuffix, mark != "" && !strings.Contains(mark, "}")
+	_, tagged := hashTag(mark)
+	return besideKey(mark, flightSuffix), tagged || (mark != "" && !strings.Contains(mark, "}"))
 }
 
 // hasHashTag reports whether key hashes by a tag (a part of it) rather than

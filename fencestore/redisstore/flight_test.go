@@ -38,20 +38,21 @@ func TestFlightKey(t *testing.T) {
 		// A '{' without a '}' is no tag, and stays none inside the new one.
 		{"fence:a{b", "{fence:a{b}:inflight", true},
 		{"{", "{{}:inflight", true},
-		// A hash tag: kept, the first one decides.
-		{"fence:{orders}/42", "fence:{orders}/42:inflight", true},
-		{"{a}b", "{a}b:inflight", true},
-		{"x}{y}", "x}{y}:inflight", true},
-		{"a{b}}", "a{b}}:inflight", true},
-		{"a{b}{c}", "a{b}{c}:inflight", true},
-		{"{{a}}", "{{a}}:inflight", true},
+		// A hash tag: the in-flight key is named after it, the first one
+		// decides, and begins with '{' as no mark key does.
+		{"fence:{orders}/42", "{orders}:inflight:fence:{orders}/42", true},
+		{"{a}b", "{a}:inflight:{a}b", true},
+		{"x}{y}", "{y}:inflight:x}{y}", true},
+		{"a{b}}", "{b}:inflight:a{b}}", true},
+		{"a{b}{c}", "{b}:inflight:a{b}{c}", true},
+		{"{{a}}", "{{a}:inflight:{{a}}", true},
 		// A '}' but no tag: the mark hashes whole, and no other name does
 		// as it does.
-		{"a{}b", "{a{}b}:inflight", false},
-		{"{}{a}", "{{}{a}}:inflight", false},
-		{"}x", "{}x}:inflight", false},
-		{"fence:a}b", "{fence:a}b}:inflight", false},
-		{"", "{}:inflight", false},
+		{"a{}b", "{}:inflight:a{}b", false},
+		{"{}{a}", "{}:inflight:{}{a}", false},
+		{"}x", "{}:inflight:}x", false},
+		{"fence:a}b", "{}:inflight:fence:a}b", false},
+		{"", "{}:inflight:", false},
 	} {
 		got, same := flightKey(tc.mark)
 		if got != tc.want || same != tc.same {

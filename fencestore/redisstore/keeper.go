@@ -224,6 +224,17 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fencestore.Unavailable(err)
 	}
+	if force {
+		// Only a lost store (no record, a lost record, copies that
+		// disagree) or one an operator forced before is forced again.
+		held, err := s.Identity(ctx)
+		if err == nil && held != "" && !fencestore.IsLostRecord(held) && !fencestore.Forced(held) {
+			return "", fencestore.ErrNotLost
+		}
+		if err != nil && !errors.Is(err, errCopiesDisagree) {
+			return "", err
+		}
+	}
 	id := fencestore.NewIdentity(force)
 	set := func(c redis.Cmdable, key string) error {
 		if force {
@@ -339,8 +350,13 @@ func initError(err error) error {
 }
 
 // Expect makes every later admission check that the identity record is id
-// (id "" turns the check off).
-func (s *Store) Expect(id string) { s.expect.Store(&id) }
+// (id "" turns the check off). A record other than the one expected before
+// starts a new history: the generations seen are forgotten.
+func (s *Store) Expect(id string) {
+	if old := s.expect.Swap(&id); old == nil || *old != id {
+		s.gens.Forget()
+	}
+}
 
 // pingIdentity checks the identity record once Expect named one: on every
 // live shard of a Ring; on a Cluster the record of the first slot of each
@@ -353,6 +369,7 @@ func (s *Store) pingIdentity(ctx context.Context) error {
 		return nil
 	}
 	var found []string
+	var slots []int // a Cluster's slots read
 	switch _, isRing := s.client.(*redis.Ring); {
 	case s.recordsErr != nil:
 		return s.recordsErr
@@ -365,6 +382,7 @@ func (s *Store) pingIdentity(ctx context.Context) error {
 		for i, r := range ranges {
 			starts[i] = int(r.Start)
 		}
+		slots = starts
 		if found, err = s.readRecords(ctx, starts); err != nil {
 			return err
 		}
@@ -396,7 +414,7 @@ func (s *Store) pingIdentity(ctx context.Context) error {
 			return &fencestore.LostError{Want: *want, Found: v}
 		}
 	}
-	return nil
+	return s.pingGenerations(ctx, *want, slots)
 }
 
 // HasMarks reports whether any key under the prefix is something else than
@@ -489,7 +507,7 @@ func (s *Store) Raise(ctx context.Context, resource string, m fencestore.Mark) (
 	if err != nil {
 		return old, false, false, fencestore.Unavailable(fmt.Errorf("redisstore: raise %q: %w", key, err))
 	}
-	r, err := raiseScript.Run(ctx, c, []string{key}, markText(m)).Slice()
+	r, err := raiseScript.Run(ctx, c, s.operatorKeys(key), markText(m)).Slice()
 	if err != nil {
 		return old, false, false, fencestore.Unavailable(fmt.Errorf("redisstore: raise %q: %w", key, err))
 	}
@@ -527,7 +545,7 @@ func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) 
 	if m != nil {
 		value = markText(*m)
 	}
-	r, err := resetScript.Run(ctx, c, []string{key}, value).Slice()
+	r, err := resetScript.Run(ctx, c, s.operatorKeys(key), value).Slice()
 	if err != nil {
 		return old, false, fencestore.Unavailable(fmt.Errorf("redisstore: reset %q: %w", key, err))
 	}
@@ -543,6 +561,15 @@ func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) 
 		old = fencestore.Mark{} // a corrupt one, or a key of another type
 	}
 	return old, true, nil
+}
+
+// operatorKeys is the keys of an operator's script on the mark key key:
+// key, and its generation key when the store keeps one.
+func (s *Store) operatorKeys(key string) []string {
+	if gkey, _ := s.generationFor(key); gkey != "" {
+		return []string{key, gkey}
+	}
+	return []string{key}
 }
 
 func intAt(r []any, i int) (int64, bool) {

@@ -195,6 +195,11 @@ func TestExpectDetectsLoss(t *testing.T) {
 				if err := c.Set(ctx, prefix, id, 0).Err(); err != nil {
 					t.Fatal(err)
 				}
+				// The record put back by hand over a store that lost its
+				// generation is a new history (a flushed store otherwise
+				// fails as gone back in time).
+				s.Expect("")
+				s.Expect(id)
 				token++
 				if d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: token}); err != nil || !d.Admitted {
 					t.Fatalf("%s: before: %+v, %v", step.name, d, err)
@@ -297,7 +302,9 @@ func TestFloorHealsInOneRun(t *testing.T) {
 			for _, ours := range []string{"config|resetstat", "hello", "info"} {
 				delete(stats, ours)
 			}
-			want := map[string]int{"evalsha": 1, "get": 2, "set": 1}
+			// The generation: read with the identity (HMGET), advanced
+			// by the write (HINCRBY), in the same run.
+			want := map[string]int{"evalsha": 1, "get": 2, "set": 1, "hmget": 1, "hincrby": 1}
 			if fmt.Sprint(stats) != fmt.Sprint(want) {
 				t.Errorf("commands after the reset: %v, want %v", stats, want)
 			}
@@ -454,13 +461,18 @@ func TestListPaging(t *testing.T) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// A hash-tagged resource's in-flight key is under the prefix.
+	// A hash-tagged resource's in-flight key is named after its tag,
+	// outside the prefix; one left by an older version under the prefix
+	// (a sorted set named <mark>:inflight) is no mark either.
 	if _, err := s.Admit(ctx, fencestore.Admission{Resource: "m/{tagged}", Token: 3, Flight: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	want["m/{tagged}"] = "3"
-	if n, err := c.Exists(ctx, prefix+"m/{tagged}:inflight").Result(); err != nil || n != 1 {
-		t.Fatalf("no in-flight key under the prefix (%d, %v)", n, err)
+	if n, err := c.Exists(ctx, "{tagged}:inflight:"+prefix+"m/{tagged}").Result(); err != nil || n != 1 {
+		t.Fatalf("no in-flight key named after the tag (%d, %v)", n, err)
+	}
+	if err := c.ZAdd(ctx, prefix+"m/{tagged}:inflight", redis.Z{Member: "x"}).Err(); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := s.Init(ctx, false); err != nil {
 		t.Fatal(err)
@@ -746,4 +758,64 @@ func TestClusterKeeper(t *testing.T) {
 			t.Fatal("Init succeeded")
 		}
 	})
+}
+
+// The generation on one server, batched and not: a store
+// set back (the generation hash written lower, as a restored RDB holds it)
+// fails every admission with a rollback.
+func TestGeneration(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var prefix string
+			storetest.RunGeneration(t, func(t *testing.T) storetest.KeeperStore {
+				var s *redisstore.Store
+				s, prefix = newStore(t, srv, tc.opts)
+				return s
+			}, func(t *testing.T, _ storetest.KeeperStore, to uint64) {
+				if err := srv.Client(t).HSet(opCtx(t), "{"+prefix+"}:generation", "g", to).Err(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// Two deployments whose prefixes nest share one Redis: the inner one is
+// refused (Nesting), whichever order they write their records in; one
+// whose prefix merely shares a beginning with another's is not.
+func TestNestedPrefixes(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := opCtx(t)
+	open := func(prefix string) *redisstore.Store {
+		s := redisstore.New(redis.NewClient(srv.Options()), redisstore.Options{KeyPrefix: prefix})
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	outer := open("fence:")
+	if err := outer.Nesting(ctx); err != nil {
+		t.Fatalf("outer before anything: %v", err)
+	}
+	if _, err := outer.Init(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		prefix string
+		nested bool
+	}{{"fence:billing:", true}, {"fence:b", true}, {"fence2:", false}, {"fenc:", false}} {
+		err := open(tc.prefix).Nesting(ctx)
+		if got := errors.Is(err, redisstore.ErrNestedPrefix); got != tc.nested {
+			t.Errorf("prefix %q beside fence: = %v, want nested %t", tc.prefix, err, tc.nested)
+		}
+	}
+	// A lost record is an identity record too.
+	if _, err := outer.MarkLost(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := open("fence:billing:").Nesting(ctx); !errors.Is(err, redisstore.ErrNestedPrefix) {
+		t.Errorf("beside a lost record: %v", err)
+	}
 }

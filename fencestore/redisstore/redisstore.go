@@ -70,7 +70,10 @@ type Store struct {
 	// before). On a Cluster whose prefix has no hash tag, records names
 	// the record of every slot (slots.go), or recordsErr says why it
 	// cannot; spellable says a mark key could be a record's name.
-	expect     atomic.Pointer[string]
+	expect atomic.Pointer[string]
+	// gens is the greatest generation seen per slot (one part off a
+	// Cluster): generation.go.
+	gens       *fencestore.Generations
 	records    *slotRecords
 	recordsErr error
 	spellable  bool
@@ -151,6 +154,10 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if _, cluster := client.(*redis.ClusterClient); cluster && !hasHashTag(s.prefix) {
 		s.records, s.recordsErr = newSlotRecords(s.prefix)
 		s.spellable = recordSpellable(s.prefix)
+	}
+	s.gens = fencestore.NewGenerations(1)
+	if s.records != nil {
+		s.gens = fencestore.NewGenerations(clusterSlots)
 	}
 	s.checkClient()
 	if opts.MaxBatch >= 0 && opts.MinReplicas <= 0 {
@@ -251,7 +258,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		c.seq = strconv.FormatUint(a.Sequence, 10) // else "", the script's "no sequence"
 	}
 	if a.HasFloor {
-		c.floor = string(a.Floor.AppendValue(nil))
+		c.floor = floorArg(a)
 	}
 	if want := s.expect.Load(); want != nil && *want != "" {
 		idKey, err := s.recordFor(key)
@@ -259,6 +266,9 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 		}
 		c.id = [2]string{idKey, *want}
+		if c.gen, c.part = s.generationFor(key); c.gen != "" {
+			c.seen = s.gens.Seen(c.part)
+		}
 	}
 	var (
 		reply any
@@ -292,11 +302,17 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	d, olders, err := parseReply(reply, a, fkey, c.id[1])
 	if lost, ok := err.(*fencestore.LostError); ok {
 		// The script wrote nothing, and entered nothing in flight.
+		if lost.Rollback {
+			lost.Seen = max(lost.Seen, c.seen)
+		}
 		return fencestore.Decision{}, lost
 	}
 	if err != nil {
 		s.abandon(a, fkey, fl, moot)
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+	}
+	if c.gen != "" {
+		s.gens.See(c.part, d.Generation)
 	}
 	if d.Flight.Registered() {
 		s.flights.put(d.Flight.Ref, &flight{key: fkey, moot: moot, olders: olders, admitted: time.Now(), epoch: epoch})
@@ -323,32 +339,51 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 // call is one admission as admit.lua takes it: its mark key and in-flight
 // key, its token, mode ("ge", "gt"), sequence, barrier and floor arguments
 // ("" for none), and the identity key and the identity the script expects
-// there (both "" for no check).
+// there (both "" for no check); with the identity, the generation key of
+// the mark's slot (gen, "" for none), its part of Store.gens, and the
+// greatest generation seen there.
 type call struct {
 	keys                      [2]string
 	tok, mode, seq, fl, floor string
 	id                        [2]string
+	gen                       string
+	part                      int
+	seen                      uint64
 }
 
 // script returns the keys and arguments of one run of admit.lua for cs,
-// which share their identity check (cs[0]'s), with "w" when w.
+// which share their identity check and generation key (cs[0]'s), with "w"
+// when w. The generation passed is the greatest any of them has seen.
 func script[T interface{ callOf() *call }](cs []T, w bool) ([]string, []any) {
-	keys := make([]string, 0, 2*len(cs)+1)
-	args := make([]any, 0, 5*len(cs)+2)
+	keys := make([]string, 0, 2*len(cs)+2)
+	args := make([]any, 0, 5*len(cs)+3)
+	var seen uint64
 	for _, x := range cs {
 		c := x.callOf()
 		keys = append(keys, c.keys[0], c.keys[1])
 		args = append(args, c.tok, c.mode, c.seq, c.fl, c.floor)
+		seen = max(seen, c.seen)
 	}
 	if w {
 		args = append(args, "w")
 	}
 	if len(cs) > 0 {
-		if id := cs[0].callOf().id; id[1] != "" {
-			keys, args = append(keys, id[0]), append(args, id[1])
+		if c := cs[0].callOf(); c.id[1] != "" {
+			keys, args = append(keys, c.id[0]), append(args, c.id[1])
+			if c.gen != "" {
+				keys, args = append(keys, c.gen), append(args, strconv.FormatUint(seen, 10))
+			}
 		}
 	}
 	return keys, args
+}
+
+// floorArg is a's floor as admit.lua takes it: the mark as stored, "@",
+// and the generation it was seen at.
+func floorArg(a fencestore.Admission) string {
+	b := a.Floor.AppendValue(make([]byte, 0, 48))
+	b = append(b, '@')
+	return string(strconv.AppendUint(b, a.FloorGeneration, 10))
 }
 
 func (c *call) callOf() *call { return c }
@@ -495,7 +530,7 @@ var (
 )
 
 // parseReply reads the script's {flag, mark, member, older, olders,
-// regressed} reply for a, whose in-flight key is fkey and whose run checked
+// regressed, generation} reply for a, whose in-flight key is fkey and whose run checked
 // the identity want ("" for none), and rejects one that the script cannot
 // have produced for it: a stale mark reported for an admission, say, would
 // forward a request on a wrong answer. A regressed decision must be the one
@@ -509,7 +544,7 @@ var (
 // A run that found another identity than want gives a *fencestore.LostError.
 func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestore.Decision, []older, error) {
 	r, ok := reply.([]any)
-	if !ok || len(r) != 6 {
+	if !ok || len(r) != replyLen {
 		return fencestore.Decision{}, nil, fmt.Errorf("unexpected reply %#v", reply)
 	}
 	flag, ok := r[0].(int64)
@@ -524,6 +559,19 @@ func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestor
 		}
 		return fencestore.Decision{}, nil, &fencestore.LostError{Want: want, Found: found}
 	}
+	if ok && flag == -3 {
+		text, _ := r[1].(string)
+		got, f := fencestore.ParseDecimal(text)
+		if want == "" || f != fencestore.DecimalOK {
+			return fencestore.Decision{}, nil, fmt.Errorf("unexpected generation reply %#v", r[1])
+		}
+		return fencestore.Decision{}, nil, &fencestore.LostError{Want: want, Found: want, Rollback: true, Got: got}
+	}
+	genText, _ := r[6].(string)
+	gen, f := fencestore.ParseDecimal(genText)
+	if f != fencestore.DecimalOK {
+		return fencestore.Decision{}, nil, fmt.Errorf("unexpected generation %#v", r[6])
+	}
 	if !ok || (flag != 0 && flag != 1) {
 		return fencestore.Decision{}, nil, fmt.Errorf("unexpected admitted flag %#v", r[0])
 	}
@@ -536,10 +584,15 @@ func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestor
 		return fencestore.Decision{}, nil, fmt.Errorf("mark %q is not a canonical token[:sequence]", text)
 	}
 	regressed, ok := r[5].(int64)
-	if !ok || (regressed != 0 && regressed != 1) || (regressed == 1 && !a.HasFloor) {
+	if !ok || regressed < 0 || regressed > 2 || (regressed != 0 && !a.HasFloor) {
 		return fencestore.Decision{}, nil, fmt.Errorf("unexpected regressed flag %#v", r[5])
 	}
-	d := fencestore.Decision{Admitted: flag == 1, Mark: m.Token, Sequence: m.Sequence, HasSequence: m.HasSequence, Regressed: regressed == 1}
+	d := fencestore.Decision{Admitted: flag == 1, Mark: m.Token, Sequence: m.Sequence, HasSequence: m.HasSequence,
+		Regressed: regressed == 1, FloorVoid: regressed == 2, Generation: gen}
+	if d.FloorVoid {
+		// Decided without the floor: check it so.
+		a.HasFloor = false
+	}
 	switch {
 	case d.Regressed:
 		// Decided against the floor: Decide without a mark says how.
@@ -586,6 +639,10 @@ func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestor
 	d.Flight = fencestore.Flight{Older: older == 1, Key: fkey, Ref: member, Order: a.Order()}
 	return d, olders, nil
 }
+
+// replyLen is the length of admit.lua's reply per admission: {flag, mark,
+// member, older, expired, regressed, generation}.
+const replyLen = 7
 
 // admissionText spells a's token and sequence as the script's mark would.
 func admissionText(a fencestore.Admission) string { return markText(a.Order()) }

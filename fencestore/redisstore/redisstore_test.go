@@ -540,15 +540,15 @@ func evalMarks(t *testing.T, c *redis.Client, src string, marks []string, args .
 	if err != nil {
 		return nil, err
 	}
-	if len(r) != 6*len(marks) {
+	if len(r) != 7*len(marks) {
 		t.Fatalf("admit.lua: %d admissions, %d replies: %v", len(marks), len(r), r)
 	}
 	var out []any
 	for i := range marks {
-		if fl := fmt.Sprint(r[6*i+2 : 6*i+6]); fl != "[ 0  0]" {
+		if fl := fmt.Sprint(r[7*i+2 : 7*i+7]); fl != "[ 0  0 0]" {
 			t.Errorf("admit.lua entered %s in flight, or regressed it, without a barrier or a floor: %s", marks[i], fl)
 		}
-		out = append(out, r[6*i], r[6*i+1])
+		out = append(out, r[7*i], r[7*i+1])
 	}
 	return out, nil
 }

@@ -76,7 +76,7 @@ func TestParseReply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The marks' part of the reply; no barrier: no entry.
 			if r, ok := tc.reply.([]any); ok && len(r) == 2 {
-				tc.reply = append(r, "", int64(0), "", int64(0))
+				tc.reply = append(r, "", int64(0), "", int64(0), "0")
 			}
 			d, _, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
 			if (err == nil) != tc.ok || d != tc.want {
@@ -139,7 +139,7 @@ func TestParseReplyBarrier(t *testing.T) {
 		{"refused, no entry", []any{int64(0), "43", "", int64(0), none}, flying, fencestore.Flight{}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, olders, err := parseReply(append(tc.reply, int64(0)), tc.a, fkey, "")
+			d, olders, err := parseReply(append(tc.reply, int64(0), "0"), tc.a, fkey, "")
 			if (err == nil) != tc.ok || d.Flight != tc.want || fmt.Sprint(olders) != fmt.Sprint(tc.olders) {
 				t.Errorf("parseReply(%#v) = %+v %v, %v; want flight %+v %v, ok=%t", tc.reply, d.Flight, olders, err, tc.want, tc.olders, tc.ok)
 			}
@@ -171,7 +171,7 @@ func TestParseReplyFloor(t *testing.T) {
 		return fencestore.Admission{Resource: "r", Token: token, Sequence: seq, HasSequence: true}
 	}
 	reply := func(flag int64, mark string, regressed int64) []any {
-		return []any{flag, mark, "", int64(0), "", regressed}
+		return []any{flag, mark, "", int64(0), "", regressed, "7"}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -180,13 +180,16 @@ func TestParseReplyFloor(t *testing.T) {
 		want  fencestore.Decision
 		ok    bool
 	}{
-		{"refused by the floor", reply(0, "10", 1), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{Mark: 10, Regressed: true}, true},
-		{"equal to the floor under >=", reply(1, "10", 1), with(plain(10, fencestore.AtLeast), floor), fencestore.Decision{Admitted: true, Mark: 10, Regressed: true}, true},
-		{"above the floor", reply(1, "11", 1), with(plain(11, fencestore.Greater), floor), fencestore.Decision{Admitted: true, Mark: 11, Regressed: true}, true},
+		{"refused by the floor", reply(0, "10", 1), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{Mark: 10, Regressed: true, Generation: 7}, true},
+		{"equal to the floor under >=", reply(1, "10", 1), with(plain(10, fencestore.AtLeast), floor), fencestore.Decision{Admitted: true, Mark: 10, Regressed: true, Generation: 7}, true},
+		{"above the floor", reply(1, "11", 1), with(plain(11, fencestore.Greater), floor), fencestore.Decision{Admitted: true, Mark: 11, Regressed: true, Generation: 7}, true},
 		{"stale sequence by the floor", reply(0, "7:4", 1), with(seq(7, 3), seqFloor),
-			fencestore.Decision{Mark: 7, Sequence: 4, HasSequence: true, Regressed: true}, true},
-		{"not regressed, at the floor", reply(0, "10", 0), with(plain(9, fencestore.AtLeast), floor), fencestore.Decision{Mark: 10}, true},
-		{"not regressed, above it", reply(0, "12", 0), with(plain(9, fencestore.AtLeast), floor), fencestore.Decision{Mark: 12}, true},
+			fencestore.Decision{Mark: 7, Sequence: 4, HasSequence: true, Regressed: true, Generation: 7}, true},
+		{"not regressed, at the floor", reply(0, "10", 0), with(plain(9, fencestore.AtLeast), floor), fencestore.Decision{Mark: 10, Generation: 7}, true},
+		{"not regressed, above it", reply(0, "12", 0), with(plain(9, fencestore.AtLeast), floor), fencestore.Decision{Mark: 12, Generation: 7}, true},
+		// An operator changed marks after the floor was seen: decided
+		// without it, below it too.
+		{"floor set aside", reply(1, "5", 2), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{Admitted: true, Mark: 5, FloorVoid: true, Generation: 7}, true},
 		// Replies the script cannot have given.
 		{"regressed without a floor", reply(0, "10", 1), plain(5, fencestore.AtLeast), fencestore.Decision{}, false},
 		{"regressed, admitted below the floor", reply(1, "5", 1), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
@@ -194,9 +197,12 @@ func TestParseReplyFloor(t *testing.T) {
 		{"regressed, refused though the floor admits", reply(0, "10", 1), with(plain(11, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 		{"refused below the floor", reply(0, "6", 0), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 		{"admitted below the floor", reply(1, "5", 0), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
-		{"regressed 2", reply(0, "10", 2), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
-		{"regressed a string", []any{int64(0), "10", "", int64(0), "", "1"}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
-		{"five values", []any{int64(0), "10", "", int64(0), ""}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"regressed 3", reply(0, "10", 3), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"set aside without a floor", reply(1, "5", 2), plain(5, fencestore.AtLeast), fencestore.Decision{}, false},
+		{"set aside, refused though it admits", reply(0, "4", 2), with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"generation not a number", []any{int64(0), "10", "", int64(0), "", int64(0), "x"}, with(plain(9, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"regressed a string", []any{int64(0), "10", "", int64(0), "", "1", "7"}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
+		{"six values", []any{int64(0), "10", "", int64(0), "", int64(0)}, with(plain(5, fencestore.AtLeast), floor), fencestore.Decision{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, _, err := parseReply(tc.reply, tc.a, "{r}:inflight", "")
@@ -209,7 +215,8 @@ func TestParseReplyFloor(t *testing.T) {
 
 func TestParseReplyLost(t *testing.T) {
 	a := fencestore.Admission{Resource: "r", Token: 5}
-	lost := func(found any) []any { return []any{int64(-2), found, "", int64(0), "", int64(0)} }
+	lost := func(found any) []any { return []any{int64(-2), found, "", int64(0), "", int64(0), "0"} }
+	back := func(gen any) []any { return []any{int64(-3), gen, "", int64(0), "", int64(0), "0"} }
 	for _, tc := range []struct {
 		name  string
 		reply []any
@@ -222,6 +229,10 @@ func TestParseReplyLost(t *testing.T) {
 		{"the same", lost("id1"), "id1", "", false},
 		{"no check", lost(""), "", "", false},
 		{"not a string", lost(int64(1)), "id1", "", false},
+		// The generation went back: lost, the identity intact.
+		{"gone back", back("3"), "id1", "id1", true},
+		{"gone back, no check", back("3"), "", "", false},
+		{"gone back, not a number", back("x"), "id1", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := parseReply(tc.reply, a, "{r}:inflight", tc.want)

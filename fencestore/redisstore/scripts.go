@@ -35,6 +35,8 @@ var (
 	resetFile string
 	//go:embed release.lua
 	releaseFile string
+	//go:embed marklost.lua
+	markLostFile string
 
 	admitSource   = writeShebang + marksLib + admitFile
 	releaseSource = releaseShebang + marksLib + releaseFile
@@ -43,4 +45,6 @@ var (
 	raiseScript   = redis.NewScript(writeShebang + marksLib + raiseFile)
 	resetScript   = redis.NewScript(writeShebang + marksLib + resetFile)
 	releaseScript = redis.NewScript(releaseSource)
+	// markLostScript needs none of marks.lua.
+	markLostScript = redis.NewScript(writeShebang + markLostFile)
 )

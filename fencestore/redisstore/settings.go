@@ -22,13 +22,19 @@ type Settings struct {
 	MaxmemoryPolicy string // e.g. "noeviction", "allkeys-lru"
 	AppendOnly      string // "yes" or "no"
 	AppendFsync     string // "always", "everysec" or "no"
+	// NoAppendfsyncOnRewrite is "yes" when Redis skips the fsync of the
+	// AOF while a child process runs (a BGSAVE, an AOF rewrite, a
+	// replica's full sync): it then replies before any fsync, whatever
+	// appendfsync says.
+	NoAppendfsyncOnRewrite string
 }
 
 // settingNames are read with one CONFIG GET each: several names in one
 // CONFIG GET need Redis 7.
-var settingNames = [...]string{"maxmemory-policy", "appendonly", "appendfsync"}
+var settingNames = [...]string{"maxmemory-policy", "appendonly", "appendfsync", "no-appendfsync-on-rewrite"}
 
-// Settings reads maxmemory-policy, appendonly and appendfsync (CONFIG GET)
+// Settings reads maxmemory-policy, appendonly, appendfsync and
+// no-appendfsync-on-rewrite (CONFIG GET)
 // from the server admissions reach, or from every master of a cluster client
 // (every shard of a ring), in one round trip per node; several nodes come
 // sorted by Node. An error wrapping fencestore.ErrUnavailable means a server
@@ -134,7 +140,7 @@ func readSettings(ctx context.Context, c redis.Cmdable) (Settings, error) {
 	if refused != nil {
 		return Settings{}, refused
 	}
-	return Settings{MaxmemoryPolicy: vals[0], AppendOnly: vals[1], AppendFsync: vals[2]}, nil
+	return Settings{MaxmemoryPolicy: vals[0], AppendOnly: vals[1], AppendFsync: vals[2], NoAppendfsyncOnRewrite: vals[3]}, nil
 }
 
 // RefusedError reports a server that answered but would not tell one or
@@ -178,14 +184,20 @@ func (st Settings) EvictionRisk() string {
 }
 
 // PersistenceRisk says what a crash or restart of the server can lose of the
-// marks it acknowledged, or "" when nothing can: with appendonly yes and
-// appendfsync always, Redis writes and fsyncs each write to the AOF before it
-// replies. A lost mark admits stale tokens again until a newer one arrives.
+// marks it acknowledged, or "" when nothing can: with appendonly yes,
+// appendfsync always and no-appendfsync-on-rewrite no, Redis writes and
+// fsyncs each write to the AOF before it replies. A lost mark admits stale
+// tokens again until a newer one arrives.
 func (st Settings) PersistenceRisk() string {
 	switch {
 	case st.AppendOnly != "yes":
 		return "appendonly is " + st.AppendOnly + ": a crash loses every mark written since the last RDB snapshot, " +
 			"and without snapshots (save \"\") any restart loses every mark"
+	case st.AppendFsync == "always" && st.NoAppendfsyncOnRewrite == "yes":
+		// Redis's flushAppendOnlyFile skips the fsync while a child runs,
+		// and replies anyway.
+		return "no-appendfsync-on-rewrite is yes: while Redis has a child process (a BGSAVE, an AOF rewrite, a replica's sync) " +
+			"it replies before any fsync, and a crash then loses the marks it acknowledged"
 	case st.AppendFsync == "always":
 		return ""
 	case st.AppendFsync == "everysec":

@@ -19,17 +19,17 @@ func TestSettings(t *testing.T) {
 		"--appendonly", "yes", "--appendfsync", "everysec")
 	s, _ := newStore(t, srv, redisstore.Options{})
 	ctx := t.Context()
-	want := redisstore.Settings{MaxmemoryPolicy: "allkeys-lru", AppendOnly: "yes", AppendFsync: "everysec"}
+	want := redisstore.Settings{MaxmemoryPolicy: "allkeys-lru", AppendOnly: "yes", AppendFsync: "everysec", NoAppendfsyncOnRewrite: "no"}
 	if got, err := s.Settings(ctx); err != nil || len(got) != 1 || got[0] != want {
 		t.Fatalf("Settings = %+v, %v; want [%+v]", got, err, want)
 	}
 	c := srv.Client(t)
-	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"appendfsync", "always"}, {"appendonly", "no"}} {
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"appendfsync", "always"}, {"appendonly", "no"}, {"no-appendfsync-on-rewrite", "yes"}} {
 		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want = redisstore.Settings{MaxmemoryPolicy: "noeviction", AppendOnly: "no", AppendFsync: "always"}
+	want = redisstore.Settings{MaxmemoryPolicy: "noeviction", AppendOnly: "no", AppendFsync: "always", NoAppendfsyncOnRewrite: "yes"}
 	if got, err := s.Settings(ctx); err != nil || len(got) != 1 || got[0] != want {
 		t.Fatalf("after CONFIG SET: Settings = %+v, %v; want [%+v]", got, err, want)
 	}
@@ -147,6 +147,10 @@ func TestSettingsRisks(t *testing.T) {
 			"", "appendonly is no: a crash loses every mark written since the last RDB snapshot"},
 		{redisstore.Settings{MaxmemoryPolicy: "noeviction", AppendOnly: "yes", AppendFsync: "sometimes"},
 			"", "appendfsync is sometimes"},
+		// It replies before any fsync while a child runs.
+		{redisstore.Settings{MaxmemoryPolicy: "noeviction", AppendOnly: "yes", AppendFsync: "always", NoAppendfsyncOnRewrite: "yes"},
+			"", "no-appendfsync-on-rewrite is yes: while Redis has a child process"},
+		{redisstore.Settings{MaxmemoryPolicy: "noeviction", AppendOnly: "yes", AppendFsync: "always", NoAppendfsyncOnRewrite: "no"}, "", ""},
 	} {
 		ev, pe := tc.st.EvictionRisk(), tc.st.PersistenceRisk()
 		if (tc.eviction == "") != (ev == "") || !strings.Contains(ev, tc.eviction) {

@@ -79,14 +79,110 @@ func testIdentity(t *testing.T, s KeeperStore, lose func(t *testing.T, s KeeperS
 	if _, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "id/1", Token: 1}); !errors.As(err, &lost) || lost.Found != other {
 		t.Fatalf("admission with a changed identity = %v, want a *LostError naming %q", err, other)
 	}
+	// The store holds an intact record: an operator's force is refused.
+	if got, err := s.Init(ctx, true); !errors.Is(err, fencestore.ErrNotLost) {
+		t.Fatalf("Init --force on an intact store = %q, %v; want ErrNotLost", got, err)
+	}
+	// The replica that found the loss marks the store lost: a replica
+	// that starts cold reads the lost record, never a usable identity.
+	marked, err := s.MarkLost(ctx, id)
+	if err != nil || !fencestore.IsLostRecord(marked) {
+		t.Fatalf("MarkLost = %q, %v; want a lost record", marked, err)
+	}
+	if got, err := s.Identity(ctx); err != nil || got != marked {
+		t.Fatalf("Identity after MarkLost = %q, %v; want %q", got, err, marked)
+	}
+	if again, err := s.MarkLost(ctx, other); err != nil || again != marked {
+		t.Fatalf("MarkLost again = %q, %v; want the lost record kept (%q)", again, err, marked)
+	}
 	// The operator re-initialises, and this process expects the new one.
 	renewed, err := s.Init(ctx, true)
-	if err != nil || renewed == other {
+	if err != nil || renewed == other || !fencestore.Forced(renewed) {
 		t.Fatalf("Init --force = %q, %v", renewed, err)
+	}
+	// A replica that finds the store lost after the operator forced a
+	// record leaves the operator's record alone.
+	if held, err := s.MarkLost(ctx, id); err != nil || held != renewed {
+		t.Fatalf("MarkLost after the force = %q, %v; want the forced record %q kept", held, err, renewed)
 	}
 	s.Expect(renewed)
 	if d := admit(t, s, "id/1", 1, fencestore.AtLeast); !d.Admitted {
 		t.Fatalf("after Init --force: %+v", d)
+	}
+	// A second force (over an operator's own forced record) is allowed,
+	// and a replica still expecting the first takes it for lost until it
+	// takes up the newer one (Supersedes).
+	second, err := s.Init(ctx, true)
+	if err != nil || second == renewed || !fencestore.Supersedes(second, renewed) {
+		t.Fatalf("second Init --force = %q, %v", second, err)
+	}
+}
+
+// Generation is the store generation (fencestore/generation.go): every
+// admission reports it, every mark write advances it, an operator's
+// change of marks sets aside the floors seen before it, and a store that
+// went back (restore sets it back, as a restored backup would) fails with
+// a *LostError whose Rollback is set, writing nothing. restore is nil for
+// a store that cannot be rolled back in a test.
+func RunGeneration(t *testing.T, open func(t *testing.T) KeeperStore, restore func(t *testing.T, s KeeperStore, to uint64)) {
+	t.Helper()
+	s := open(t)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := ctxT(t)
+	id, err := s.Init(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Expect(id)
+	d1 := admit(t, s, "gen/1", 5, fencestore.AtLeast)
+	d2 := admit(t, s, "gen/1", 5, fencestore.AtLeast) // writes nothing
+	d3 := admit(t, s, "gen/1", 6, fencestore.AtLeast)
+	if d1.Generation == 0 || d2.Generation != d1.Generation || d3.Generation <= d2.Generation {
+		t.Fatalf("generations %d, %d, %d: want above 0, the same after an admission that wrote nothing, then more", d1.Generation, d2.Generation, d3.Generation)
+	}
+
+	// The operator resets gen/1 to 2: a floor of 6 seen before it is set
+	// aside, and token 3 is admitted against the operator's mark.
+	if _, _, err := s.Reset(ctx, "gen/1", &fencestore.Mark{Token: 2}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "gen/1", Token: 3, Floor: fencestore.Mark{Token: 6}, HasFloor: true, FloorGeneration: d3.Generation})
+	if err != nil || !d.Admitted || !d.FloorVoid || d.Regressed || d.Mark != 3 {
+		t.Fatalf("token 3 after a reset to 2, with a floor of 6 seen before it = %+v, %v; want admitted, the floor set aside", d, err)
+	}
+	// A floor seen after the reset still heals.
+	if _, _, err := s.Reset(ctx, "gen/2", nil); err != nil {
+		t.Fatal(err)
+	}
+	after := admit(t, s, "gen/x", 1, fencestore.AtLeast).Generation
+	d, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "gen/2", Token: 1, Floor: fencestore.Mark{Token: 9}, HasFloor: true, FloorGeneration: after})
+	if err != nil || d.Admitted || !d.Regressed || d.FloorVoid || d.Mark != 9 {
+		t.Fatalf("token 1 against a floor of 9 seen after the last reset = %+v, %v; want refused against the floor", d, err)
+	}
+	// A raise is an operator's change too.
+	if _, _, _, err := s.Raise(ctx, "gen/3", fencestore.Mark{Token: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if restore == nil {
+		return
+	}
+	// The generation of gen/4's part of the store (its slot on a Redis
+	// Cluster): at least 1, its own write.
+	last := admit(t, s, "gen/4", 1, fencestore.AtLeast).Generation
+	restore(t, s, last-1)
+	_, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "gen/4", Token: 1})
+	var lost *fencestore.LostError
+	if !errors.As(err, &lost) || !lost.Rollback || lost.Seen != last || lost.Got != last-1 || !errors.Is(err, fencestore.ErrStoreLost) {
+		t.Fatalf("admission on a store gone back from %d to %d = %v, want a *LostError with Rollback", last, last-1, err)
+	}
+	if m, _, err := s.Get(ctx, "gen/4"); err != nil || m.Token != 1 {
+		t.Fatalf("gen/4 after the refused admission = %+v, %v", m, err)
+	}
+	// Its next admission too: nothing heals a rollback but an operator
+	// (on a Redis Cluster, one in another slot is the replica's to stop:
+	// it marks the whole store lost).
+	if _, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "gen/4", Token: 2}); !errors.As(err, &lost) {
+		t.Fatalf("second admission on a store gone back = %v, want a *LostError", err)
 	}
 }
 
