@@ -194,3 +194,22 @@ func TestEitherLoopbackOrPolicy(t *testing.T) {
 		t.Fatalf("without the policy: %v", err)
 	}
 }
+
+// TestInjectLeavesTheComponentAlone: inject over what the Kustomize
+// component already fenced (the sample app, rendered; --workload leaves its
+// Redis out) changes nothing.
+func TestInjectLeavesTheComponentAlone(t *testing.T) {
+	in, err := Render(sampleDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := inject.Cases()[0].Options
+	opts.Workloads = []string{"sample-app"}
+	out, err := inject.Stream(in, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out, in) {
+		t.Errorf("inject changed the component's output:\n%s", out)
+	}
+}

@@ -108,11 +108,13 @@ func (p *plan) run() error {
 	}
 
 	for _, w := range p.workloads {
+		// A workload that has the sidecar already (injected before, or by
+		// Helm or Kustomize) keeps its own arrangements: no second policy.
 		if w.selected {
 			p.inject(w)
-		}
-		if w.fenced() && !p.hasPolicy(w) {
-			w.obj.addAfter(policy(w, p.opts.MetricsNamespace))
+			if !p.hasPolicy(w) {
+				w.obj.addAfter(policy(w, p.opts.MetricsNamespace))
+			}
 		}
 	}
 	for _, mv := range moves {
