@@ -189,6 +189,7 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	// committer, whose next commit begins only once that sync has returned.
 	var d fencestore.Decision
 	var settled bool
+	seen := s.gens.Seen(0) // before the read-only tx: see lost
 	err := s.view(func(tx *bolt.Tx) error {
 		if int64(tx.ID()) > s.durable.Load() {
 			return nil
@@ -197,7 +198,7 @@ func (s *Store) admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		if b == nil {
 			return errors.New("bucket missing")
 		}
-		gen, op, err := s.lost(tx)
+		gen, op, err := s.lost(tx, seen)
 		if err != nil {
 			return err
 		}
@@ -285,7 +286,7 @@ func (s *Store) commit() {
 			}
 			var op uint64
 			var lost error
-			gen, op, lost = s.lost(tx)
+			gen, op, lost = s.lost(tx, s.gens.Seen(0))
 			wrote := false
 			for _, p := range batch {
 				if lost != nil {
@@ -366,11 +367,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Unavailable(err)
 	}
+	seen := s.gens.Seen(0)
 	err := s.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucket) == nil {
 			return errors.New("bucket missing")
 		}
-		_, _, err := s.lost(tx)
+		_, _, err := s.lost(tx, seen)
 		return err
 	})
 	var lost *fencestore.LostError

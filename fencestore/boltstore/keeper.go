@@ -21,8 +21,10 @@ var metaBucket = []byte("meta")
 // lost reads the generation and the operator's generation in tx, and
 // reports the *LostError an admission must fail with, or nil: none when no
 // identity is expected; one when the identity record is gone or another,
-// or the generation is below the greatest this process saw.
-func (s *Store) lost(tx *bolt.Tx) (gen, op uint64, err error) {
+// or the generation is below seen (the greatest this process saw, taken
+// before tx began: a read-only tx may see a state older than an admission
+// committed, and seen, since it began).
+func (s *Store) lost(tx *bolt.Tx, seen uint64) (gen, op uint64, err error) {
 	want := s.expect.Load()
 	if want == nil {
 		return 0, 0, nil
@@ -37,7 +39,7 @@ func (s *Store) lost(tx *bolt.Tx) (gen, op uint64, err error) {
 	if gen, op, err = s.generation(tx); err != nil {
 		return 0, 0, err
 	}
-	return gen, op, fencestore.Rollback(*want, s.gens.Seen(0), gen)
+	return gen, op, fencestore.Rollback(*want, seen, gen)
 }
 
 // Identity returns the identity record, "" when there is none.

@@ -96,7 +96,9 @@ func readGeneration(ctx context.Context, c redis.Cmdable, gkey string) (gen, op 
 // pingGenerations compares the generation of the parts Ping reads (the
 // one part, or the first slot of each range a Cluster master serves) with
 // the greatest seen there: an idle replica notices a store gone back in
-// time too.
+// time too. The greatest seen is taken before the read is sent: an
+// admission answered while the read is on its way may advance it past what
+// the read could have found, which is no rollback.
 func (s *Store) pingGenerations(ctx context.Context, want string, slots []int) error {
 	if s.records == nil {
 		gkey, part := s.generationFor(s.prefix + "x")
@@ -107,11 +109,12 @@ func (s *Store) pingGenerations(ctx context.Context, want string, slots []int) e
 		if err != nil {
 			return fencestore.Unavailable(fmt.Errorf("redisstore: generation: %w", err))
 		}
+		seen := s.gens.Seen(part)
 		g, _, err := readGeneration(ctx, c, gkey)
 		if err != nil {
 			return err
 		}
-		return fencestore.Rollback(want, s.gens.Seen(part), g)
+		return fencestore.Rollback(want, seen, g)
 	}
 	for _, slot := range slots {
 		gkey := s.records.generation(slot)
@@ -119,11 +122,12 @@ func (s *Store) pingGenerations(ctx context.Context, want string, slots []int) e
 		if err != nil {
 			return fencestore.Unavailable(fmt.Errorf("redisstore: generation: %w", err))
 		}
+		seen := s.gens.Seen(slot)
 		g, _, err := readGeneration(ctx, c, gkey)
 		if err != nil {
 			return err
 		}
-		if err := fencestore.Rollback(want, s.gens.Seen(slot), g); err != nil {
+		if err := fencestore.Rollback(want, seen, g); err != nil {
 			return err
 		}
 	}
