@@ -88,7 +88,10 @@ func (g *identityGuard) Admit(ctx context.Context, a fencestore.Admission) (fenc
 }
 
 // fail refuses every admission with lost from now on, once, and marks the
-// store lost in the background.
+// store lost before it returns: the request that met the loss is answered
+// only once the lost record is written (or writing it failed, and the watch
+// retries), so that a replica starting cold after that answer finds the
+// record, rather than a store it cannot tell from a sound one.
 func (g *identityGuard) fail(lost *fencestore.LostError) {
 	old := g.refusal.Load()
 	if old != nil {
@@ -105,7 +108,7 @@ func (g *identityGuard) fail(lost *fencestore.LostError) {
 	g.log.Error("the store is lost: every fenced request is refused (503 store-lost) until an operator "+
 		"raises the marks to the lease service's current tokens and runs fenceproxy store init --force",
 		zap.Error(lost), zap.String("want", lost.Want), zap.String("found", lost.Found), zap.Bool("rollback", lost.Rollback))
-	go g.markLost(context.Background())
+	g.markLost(context.Background())
 }
 
 // markLost writes the lost record (Keeper.MarkLost), unless one is being
@@ -117,10 +120,20 @@ func (g *identityGuard) markLost(ctx context.Context) {
 	defer g.marking.Store(false)
 	ctx, cancel := context.WithTimeout(ctx, max(g.every, 2*time.Second))
 	defer cancel()
-	held, err := g.keeper.MarkLost(ctx, *g.want.Load())
-	if err != nil {
-		g.log.Warn("could not mark the store lost; retrying", zap.Error(err))
-		return
+	// Tried again within the bound: the loss is often met in a failover,
+	// while the client still dials the old master for a moment.
+	var held string
+	var err error
+	for {
+		if held, err = g.keeper.MarkLost(ctx, *g.want.Load()); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			g.log.Warn("could not mark the store lost; the watch retries", zap.Error(err))
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	g.marked.Store(true)
 	if fencestore.IsLostRecord(held) {

@@ -221,10 +221,11 @@ func TestUpstreamHoldAndGate(t *testing.T) {
 	t.Fatal("the upstream never saw the client leave")
 }
 
-// The expiry probe's judgement: the newer request must not reach the
-// upstream while the older one is in flight on the frozen or killed
-// replica (before its deadline, or, frozen, before it relayed its answer),
-// and must be answered 200, while the frozen replica is still frozen.
+// The expiry probe's judgement: neither the newer nor the later request may
+// reach the upstream while the older one is in flight on the frozen or
+// killed replica (before its deadline, or, frozen, before it relayed its
+// answer); the newer one is answered 200 (while the frozen replica is still
+// frozen) or 504 at its own deadline, and the later one 200.
 func TestExpiryProbe(t *testing.T) {
 	ms := int64(time.Millisecond)
 	closed := make(chan struct{})
@@ -233,11 +234,13 @@ func TestExpiryProbe(t *testing.T) {
 		p := &expiryProbe{
 			old:     check.Op{ID: "old", Resource: "expiry-0", Token: 5, Call: 100 * ms, Return: oldReturn, Status: 200},
 			nw:      check.Op{ID: "newer", Resource: "expiry-0", Token: 6, Call: 600 * ms, Return: newBegin + ms, Status: 200, Outcome: check.Admitted},
+			later:   check.Op{ID: "later", Resource: "expiry-0", Token: 7, Call: 2900 * ms, Return: 2902 * ms, Status: 200, Outcome: check.Admitted},
 			release: func() {}, begun: true, oldDone: closed, nwDone: closed,
 		}
 		e := &env{sc: &scenario{name: "proxy-pause", upstreamTimeout: time.Second}, up: &Upstream{recs: []check.Forward{
 			{ID: "old", Resource: "expiry-0", Token: 5, At: 101 * ms, End: 102 * ms},
 			{ID: "newer", Resource: "expiry-0", Token: 6, At: newBegin, End: newBegin + 1},
+			{ID: "later", Resource: "expiry-0", Token: 7, At: 2901 * ms, End: 2901*ms + 1},
 		}}}
 		return e, p
 	}
@@ -262,9 +265,25 @@ func TestExpiryProbe(t *testing.T) {
 			}
 		})
 	}
+	// The newer request answered 504 at its own deadline (it watched the
+	// older one past it): no problem while the later one is answered 200.
 	e, p := probe(2100*ms, 1101*ms)
 	p.nw.Status, p.nw.Outcome = 504, check.Admitted
-	if problems := e.finish(p, 2000*ms, true); len(problems) != 1 {
+	if problems := e.finish(p, 2000*ms, true); len(problems) != 0 {
 		t.Fatalf("a 504 for the newer request: problems %q", problems)
+	}
+	// The later request still held (answered 504): the replica held the
+	// resource past the bound.
+	e, p = probe(2100*ms, 1101*ms)
+	p.later.Status = 504
+	if problems := e.finish(p, 2000*ms, true); len(problems) != 1 {
+		t.Fatalf("a 504 for the later request: problems %q", problems)
+	}
+	// The later request reaching the upstream while the older one was in
+	// flight is a violation too.
+	e, p = probe(150*ms, 1101*ms)
+	e.up.recs[2].At = 700 * ms
+	if e.finish(p, 2000*ms, false); len(e.probeViolations) != 1 {
+		t.Fatalf("the later request early: violations %q", e.probeViolations)
 	}
 }

@@ -323,6 +323,9 @@ func (e *env) lossCounts(ops []check.Op) lossCounts {
 			c.lostAns++
 		case o.Outcome == check.Unavailable:
 			c.unavailable++
+		case o.Outcome == check.Failed && o.Status == 0:
+			// No answer at all: a replica restarted (cold) refused the
+			// connection; nothing was decided.
 		case o.Outcome != check.Admitted:
 			c.other++
 		}
