@@ -6,10 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
-	"github.com/fenceproxy/fenceproxy/internal/fencejwt"
 )
 
 // benchSigned runs BenchmarkServeHTTP/admitted's load (PUT /orders/<i%1000>,
@@ -23,28 +21,10 @@ import (
 // Compare with BenchmarkServeHTTP/admitted, the same load with plain
 // tokens.
 func benchSigned(b *testing.B, cacheSize int) {
-	priv, set, err := fencejwt.NewKey(fencejwt.KindEdDSA, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	signer, err := fencejwt.ParseSigningKey(priv)
-	if err != nil {
-		b.Fatal(err)
-	}
-	keys, err := fencejwt.ParseKeySet(set)
-	if err != nil {
-		b.Fatal(err)
-	}
-	toks := make([]string, 1000)
-	for i := range toks {
-		toks[i], err = signer.Sign(fencejwt.Claims{Fence: 1_000_000, Resource: "orders/" + strconv.Itoa(i), Expiry: time.Now().Add(time.Hour)})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	verifier, toks := signedTokens(b, cacheSize)
 	up, _ := url.Parse("http://127.0.0.1:1")
 	p, err := New(Options{Upstream: up, Routes: mustRoutes(b, ordersRoutes), Store: memstore.New(), Transport: cannedTransport{},
-		Tokens: fencejwt.NewVerifier(keys, 5*time.Second, cacheSize)})
+		Tokens: verifier})
 	if err != nil {
 		b.Fatal(err)
 	}
