@@ -86,7 +86,10 @@
 // are sent again when the subscription comes back after a break (a
 // promoted replica may lack them). A release made before an admission is
 // queued runs before that admission is decided: until it is acknowledged,
-// an admission that enters its key carries it again, ahead of itself.
+// an admission that enters its key carries it again, ahead of itself. An
+// admission whose reply never came (its deadline passed, or its connection
+// was lost: a master killed as it answered) may have made an entry, which a
+// promoted replica keeps: it is released the same way, by its order and id.
 //
 // Wake-ups are targeted. When the removed entry was ordered before another
 // still in the key, release.lua publishes the removed member on the channel

@@ -294,7 +294,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 			// Redis refused the script before it ran: nothing to abandon.
 			return fencestore.Decision{}, role
 		}
-		if ctx.Err() != nil || isTimeout(err) {
+		if ctx.Err() != nil || mayHaveRun(err) {
 			s.abandon(a, fkey, fl, moot)
 		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))

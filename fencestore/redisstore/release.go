@@ -66,13 +66,13 @@ func (s *Store) Release(f fencestore.Flight) {
 }
 
 // abandon releases the entry an admission with barrier argument fl may have
-// made though its caller got no reply (its deadline cut the call short, or
-// the reply made no sense): left alone, it would hold the later requests of
-// its resource back until their waiters give it up. The member is not
-// known, so the release names it by order and id (release.lua). It is sent
-// until acknowledged or moot (at moot), like any release; on another
-// connection than the admission, it may even run before it, and then finds
-// nothing.
+// made though its caller got no reply (its deadline cut the call short, the
+// connection was lost with the reply on its way, or the reply made no
+// sense): left alone, it would hold the later requests of its resource
+// back until their waiters give it up. The member is not known, so the
+// release names it by order and id (release.lua). It is sent until
+// acknowledged or moot (at moot), like any release; on another connection
+// than the admission, it may even run before it, and then finds nothing.
 func (s *Store) abandon(a fencestore.Admission, fkey, fl string, moot time.Time) {
 	_, id, ok := strings.Cut(fl, " ")
 	if !ok {
@@ -383,9 +383,13 @@ func (p *pendingReleases) stop() {
 	p.retry = nil
 }
 
-// isTimeout reports whether err is a timeout, after which a command may
-// have run though its reply never came.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+// mayHaveRun reports whether a command that failed with err may have run
+// though its reply never came: after anything but a dial that failed
+// (nothing was sent then). A timeout, and as much a connection lost with the
+// reply on its way (EOF, a reset: a master killed while it answered), leaves
+// an admission's entry behind, which a replica may have received and keep
+// once promoted.
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
 }
