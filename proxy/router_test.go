@@ -142,11 +142,14 @@ func TestFenceAllocations(t *testing.T) {
 // What an admitted request allocates beyond its forward: the upstream
 // deadline (FENCE_UPSTREAM_TIMEOUT: the context that carries it, its timer,
 // and the request copy that takes it to the transport), and with the drain
-// barrier the in-process in-flight entry of the memory store. The admission
-// itself (route, token, resource name, mark cache, store) adds none.
+// barrier the memory store's in-flight entry, its own wake-up channel (a
+// release wakes only the waiters it concerns) and the exchange that keeps
+// the upstream response read when the client leaves (proxy/exchange.go).
+// The admission itself (route, token, resource name, mark cache, store)
+// adds none.
 const (
 	deadlineAllocs = 6
-	barrierAllocs  = 3
+	barrierAllocs  = 6
 )
 
 // fenceAllocs compares a whole fenced request with its forward alone.
