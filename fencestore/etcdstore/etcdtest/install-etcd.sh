@@ -14,7 +14,10 @@
 set -euo pipefail
 ETCD_VERSION=${ETCD_VERSION:-v3.7.3}
 want="etcd Version: ${ETCD_VERSION#v}"
-if command -v etcd >/dev/null 2>&1 && etcd --version 2>/dev/null | grep -qx "$want"; then
+# The version is read whole before it is matched: with pipefail, a grep -q
+# that stops at the first line would fail the pipe (SIGPIPE) whenever etcd
+# writes its later lines after that.
+if command -v etcd >/dev/null 2>&1 && grep -qx "$want" <<<"$(etcd --version 2>/dev/null || true)"; then
   exit 0
 fi
 if [ -z "${DEST:-}" ]; then
@@ -30,5 +33,6 @@ go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >/dev/null 2>&1 || go get "go
 # The server module's root package is etcd's main package.
 go build -trimpath -o "$DEST/etcd.new" go.etcd.io/etcd/server/v3
 mv "$DEST/etcd.new" "$DEST/etcd"
-"$DEST/etcd" --version | head -1
+version=$("$DEST/etcd" --version)
+echo "${version%%$'\n'*}"
 case ":$PATH:" in *":$DEST:"*) ;; *) echo "note: $DEST is not on PATH (or set FENCE_ETCD_BIN=$DEST/etcd)" >&2 ;; esac
