@@ -80,11 +80,19 @@ func (g *identityGuard) Admit(ctx context.Context, a fencestore.Admission) (fenc
 	if !errors.As(err, &lost) {
 		return d, err
 	}
-	if !lost.Rollback && g.takeUp(lost.Found) {
+	if !lost.Rollback && g.takenUp(lost.Found) {
 		return g.Store.Admit(ctx, a)
 	}
 	g.fail(lost)
 	return d, err
+}
+
+// takenUp reports whether id is the record expected now: taken up here
+// (takeUp), or a moment ago by the watch or another admission that met the
+// same forced record first (then this admission was sent expecting the
+// record before it, and is simply tried again).
+func (g *identityGuard) takenUp(id string) bool {
+	return g.takeUp(id) || (id != "" && id == *g.want.Load())
 }
 
 // fail refuses every admission with lost from now on, once, and marks the
@@ -267,7 +275,7 @@ func (g *identityGuard) step(ctx context.Context) {
 	switch {
 	case r == nil:
 		err := g.Store.Ping(ctx)
-		if errors.As(err, &lost) && (lost.Rollback || !g.takeUp(lost.Found)) {
+		if errors.As(err, &lost) && (lost.Rollback || !g.takenUp(lost.Found)) {
 			g.fail(lost)
 		}
 	case errors.As(r.err, &lost):
