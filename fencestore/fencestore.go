@@ -144,9 +144,11 @@ type Store interface {
 	// whose Older is set needs it; others return at once.
 	Drain(ctx context.Context, f Flight) (expired bool, err error)
 	// Release ends f's flight: the requests f held back may go. It never
-	// waits for the store (the release is sent in the background); a
-	// release that is lost leaves f in flight until its deadline. Releasing
-	// the zero Flight, or one twice, is harmless.
+	// waits for the store (the release is sent in the background, and sent
+	// again until the store acknowledges it or no waiter can still be
+	// waiting for it); a release that is lost all the same holds each waiter
+	// for f's bound and AbandonMargin from its own admission, no longer.
+	// Releasing the zero Flight, or one twice, is harmless.
 	Release(f Flight)
 	// Mark returns the resource's mark, and false when it has none. It is an
 	// operator's read; the request path never needs it.

@@ -447,8 +447,9 @@ func (e *env) faulted(p *expiryProbe) {
 	}()
 }
 
-// expirySlack allows for the store's clock (Redis TIME, wall clock) against
-// the history's (monotonic) when judging the older request's deadline.
+// expirySlack allows for the replica's clock against the history's (both
+// monotonic, read in different processes) when judging the older request's
+// deadline.
 const expirySlack = 50 * time.Millisecond
 
 // finish waits for both requests and records them; it returns the problems
