@@ -98,18 +98,14 @@ func serverStats(b testing.TB, srv *redistest.Server) stats {
 		b.Fatal(err)
 	}
 	var st stats
-	for _, line := range strings.Split(text, "\r\n") {
-		if name, rest, ok := strings.Cut(line, ":calls="); ok {
-			name = strings.TrimPrefix(name, "cmdstat_")
-			calls, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			switch name {
-			case "info":
-				continue
-			case "evalsha", "eval", "zmscore":
-				st.toplevel += calls
-			}
-			st.calls += calls
+	for name, calls := range parseCommandStats(text) {
+		switch name {
+		case "evalsha", "eval", "zmscore":
+			st.toplevel += calls
 		}
+		st.calls += calls
+	}
+	for _, line := range strings.Split(text, "\r\n") {
 		for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
 			if v, ok := strings.CutPrefix(line, f); ok {
 				x, _ := strconv.ParseFloat(v, 64)
