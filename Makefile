@@ -60,11 +60,11 @@ fuzz: ## run every fuzz target for FUZZTIME each (seeds live in testdata/fuzz)
 	$(GO) test -run '^$$' -fuzz '^FuzzFoldPath$$' -fuzztime $(FUZZTIME) ./config
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSignedToken$$' -fuzztime $(FUZZTIME) ./internal/fencejwt
 
-bench: redis-server ## Go benchmarks, then the load comparison, open-loop latency and sweep (~9 min; regenerates docs/performance.*)
-	$(GO) test -run '^$$' -bench . -benchmem ./proxy ./fencestore/...
+bench: redis-server ## Go benchmarks, then the load comparison, open-loop latency, sweep and per-feature costs (~12 min; regenerates docs/performance.*)
+	$(GO) test -run '^$$' -bench . -skip '^BenchmarkFeature$$' -benchmem ./proxy ./fencestore/...
 	bench/run-all.sh
 
-bench-quick: redis-server ## a smoke run of the load harness (~2 min; writes only under bench/results/)
+bench-quick: redis-server ## a smoke run of the load harness (~3 min; writes only under bench/results/)
 	QUICK=1 bench/run-all.sh
 
 # The Redis-backed tests need redis-server on PATH. On a fresh Debian machine

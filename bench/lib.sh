@@ -7,7 +7,7 @@
 # PID, never by name. Everything a run writes goes under $RUN_DIR.
 #
 # Environment (all optional):
-#   PORT_BASE=28100   ports PORT_BASE .. PORT_BASE+9 must be free
+#   PORT_BASE=28100   ports PORT_BASE .. PORT_BASE+9 must be free (compare.sh's tracing target: up to +12)
 #   NODRAIN=1         also run fenceproxy-nodrain (the same binary with FENCE_DRAIN=off); 0 leaves it out
 #   RUN_DIR           where logs, configs and raw results go (default: a new /tmp dir, removed
 #                     at exit unless KEEP_RUN=1 or the caller set RUN_DIR)
@@ -29,6 +29,10 @@ PORT_ADMIN=$((PORT_BASE + 5))
 PORT_REDIS=$((PORT_BASE + 6))
 PORT_NODRAIN=$((PORT_BASE + 7))
 PORT_NODRAIN_ADMIN=$((PORT_BASE + 8))
+# compare.sh's fenceproxy-trace-unsampled and the OTLP sink it exports to (tracing.sh maps +10.. its own way)
+PORT_TRACE=$((PORT_BASE + 10))
+PORT_TRACE_ADMIN=$((PORT_BASE + 11))
+PORT_OTLP_SINK=$((PORT_BASE + 12))
 LUA_MODULE=/usr/lib/nginx/modules/ngx_http_lua_module.so
 CLK_TCK=$(getconf CLK_TCK)
 NCPU=$(nproc)
@@ -295,6 +299,20 @@ start_fenceproxy_nodrain() {
   start_fenceproxy fenceproxy-nodrain "$PORT_NODRAIN" "$PORT_NODRAIN_ADMIN" fencend: FENCE_DRAIN=off
 }
 
+# start_fenceproxy_trace_unsampled: the target fenceproxy-trace-unsampled, the same binary
+# with tracing wired (OTEL_TRACES_EXPORTER=otlp to a bench/cmd/otlpsink it starts) and a
+# sampler that keeps nothing (OTEL_TRACES_SAMPLER=always_off), its own ports and key prefix
+# (fencetr:) in the same Redis: against fenceproxy (tracing off), what tracing costs a
+# request that is not sampled. Fails unless the proxy says tracing is on.
+start_fenceproxy_trace_unsampled() {
+  launch otlpsink "$BENCH_BIN/otlpsink" -listen "127.0.0.1:$PORT_OTLP_SINK"
+  await otlpsink "$PORT_OTLP_SINK"
+  start_fenceproxy fenceproxy-trace-unsampled "$PORT_TRACE" "$PORT_TRACE_ADMIN" fencetr: \
+    OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$PORT_OTLP_SINK" OTEL_TRACES_SAMPLER=always_off
+  grep -q '"msg":"tracing on"' "$RUN_DIR/fenceproxy-trace-unsampled.log" ||
+    die "fenceproxy-trace-unsampled: tracing is not on (log: $RUN_DIR/fenceproxy-trace-unsampled.log)"
+}
+
 # render_nginx TEMPLATE DIR PORT: write DIR/nginx.conf from a template
 render_nginx() {
   local tmpl=$1 dir=$2 port=$3
@@ -327,6 +345,7 @@ port_of() {
     nginx-lua) echo "$PORT_NGINXLUA" ;;
     fenceproxy) echo "$PORT_FENCEPROXY" ;;
     fenceproxy-nodrain) echo "$PORT_NODRAIN" ;;
+    fenceproxy-trace-unsampled) echo "$PORT_TRACE" ;;
     *) die "unknown target $1" ;;
   esac
 }
@@ -345,6 +364,7 @@ admin_port_of() {
   case $1 in
     fenceproxy) echo "$PORT_ADMIN" ;;
     fenceproxy-nodrain) echo "$PORT_NODRAIN_ADMIN" ;;
+    fenceproxy-trace-unsampled) echo "$PORT_TRACE_ADMIN" ;;
     *) die "$1 has no admin port" ;;
   esac
 }
@@ -354,13 +374,14 @@ key_prefix_of() {
   case $1 in
     fenceproxy) echo fence: ;;
     fenceproxy-nodrain) echo fencend: ;;
+    fenceproxy-trace-unsampled) echo fencetr: ;;
     nginx-lua) echo fencelua: ;;
     *) die "$1 keeps no marks" ;;
   esac
 }
 
 # is_fenceproxy TARGET: TARGET is one of the fenceproxy targets
-is_fenceproxy() { [[ $1 == fenceproxy || $1 == fenceproxy-nodrain ]]; }
+is_fenceproxy() { [[ $1 == fenceproxy || $1 == fenceproxy-nodrain || $1 == fenceproxy-trace-unsampled ]]; }
 
 # uses_redis TARGET
 uses_redis() { is_fenceproxy "$1" || [[ $1 == nginx-lua ]]; }
@@ -519,7 +540,7 @@ explain() {
   say "$target answered non-2xx or failed requests in this run; what explains them:"
   grep -E 'Socket errors|Non-2xx' "$out" | sed 's/^/    wrk: /' >&2 || true
   case $target in
-    fenceproxy | fenceproxy-nodrain) log=$RUN_DIR/$target.log ;;
+    fenceproxy | fenceproxy-nodrain | fenceproxy-trace-unsampled) log=$RUN_DIR/$target.log ;;
     nginx-lua) log=$RUN_DIR/nginxlua/error.log ;;
     nginx) log=$RUN_DIR/nginx/error.log ;;
     go-plain) log=$RUN_DIR/goplain.log ;;

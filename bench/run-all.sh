@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # bench/run-all.sh: the whole load benchmark, what `make bench` runs (`make bench-quick`: QUICK=1).
 #
-#   bench/run-all.sh            ~10 min: compare.sh (both Redis settings), openloop.sh
-#                               (both settings), sweep.sh; then writes performance-data.tsv,
+#   bench/run-all.sh            ~10 min: compare.sh (both Redis settings, with nginx-lua when
+#                               its module is installed, and fenceproxy-trace-unsampled),
+#                               openloop.sh (both settings), sweep.sh, features.sh
+#                               (BenchmarkFeature); then writes performance-data.tsv,
 #                               performance.png and performance.md from this one run into
 #                               OUT_DIR and copies them to docs/
-#   QUICK=1 bench/run-all.sh    ~2 min smoke test of the same steps; leaves docs/ alone
+#   QUICK=1 bench/run-all.sh    ~3 min smoke test of the same steps; leaves docs/ alone
 #
 # fenceproxy is built once, fresh from the working tree, and that one binary
 # is measured by every step. Raw results, logs and summaries go to OUT_DIR
 # (default bench/results/<UTC time>, ignored by git).
 # Env: QUICK=1  OUT_DIR  DOCS_DIR (default docs/; empty with QUICK=1: no copy)
-#      PORT_BASE=28100  NGINX_LUA=auto|0  plus each step's own knobs (see the scripts)
+#      PORT_BASE=28100 (PORT_BASE..+12 must be free)  NGINX_LUA=auto|0  OL_NGINX_LUA=0|auto (nginx-lua
+#      in the open loop too)  plus each step's own knobs (see the scripts)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -37,11 +40,19 @@ sha256sum "$FENCEPROXY_BIN" | cut -d' ' -f1 >"$OUT_DIR/fenceproxy.sha256"
 # the command line of this run, with the knobs that were set, for the doc
 {
   for v in QUICK ROUNDS DURATION WARMUP CONNS REDIS_DURABLE NGINX_LUA RATE OL_DURATION OL_ROUNDS OL_WARMUP \
-    OL_PAIRED OL_PAIRED_ROUNDS OL_QUIET_LAG SWEEP_CONNS SWEEP_ROUNDS SWEEP_DURATION SWEEP_TARGETS PORT_BASE GOMAXPROCS; do
+    OL_PAIRED OL_PAIRED_ROUNDS OL_QUIET_LAG SWEEP_CONNS SWEEP_ROUNDS SWEEP_DURATION SWEEP_TARGETS TRACE NODRAIN \
+    FEATURE_COUNT FEATURE_BENCHTIME FEATURE_CALLGRIND FEATURE_CG_N1 FEATURE_CG_N2 OL_NGINX_LUA PORT_BASE GOMAXPROCS; do
     [[ -z ${!v:-} ]] || printf '%s=%q ' "$v" "${!v}"
   done
   echo "bench/run-all.sh"
 } >"$OUT_DIR/command.txt"
+# The whole run's budget (~10 min here): throughput runs of 6 s instead of compare.sh's 8 s, one
+# sweep round instead of two (the plot), the open loop without nginx-lua (its goal is against go-plain)
+if [[ ${QUICK:-0} != 1 ]]; then
+  : "${DURATION:=6s}" "${SWEEP_ROUNDS:=1}"
+  export DURATION SWEEP_ROUNDS
+fi
+: "${OL_NGINX_LUA:=0}"
 phases=$OUT_DIR/phases.tsv
 printf 'phase\tseconds\n' >"$phases"
 t_all=$(date +%s)
@@ -65,9 +76,12 @@ phase() { # phase NAME CMD...: one step; its stdout also in OUT_DIR/NAME.out, st
 
 RUN_DIR=$OUT_DIR bash -c "source '$HERE/lib.sh'; machine_info '$OUT_DIR/machine.tsv'"
 phase compare "$HERE/compare.sh"
-phase openloop "$HERE/openloop.sh"
+[[ ${NGINX_LUA:-auto} != 0 ]] || OL_NGINX_LUA=0
+phase openloop env NGINX_LUA="$OL_NGINX_LUA" "$HERE/openloop.sh"
 phase sweep env SWEEP_DATA="$OUT_DIR/performance-data.tsv" "$HERE/sweep.sh"
 phase plot "$BENCH_BIN/plot" -data "$OUT_DIR/performance-data.tsv" -out "$OUT_DIR/performance.png"
+# no load of its own beside it: the per-feature benchmark runs on a machine the load runs have left
+phase features "$HERE/features.sh"
 printf 'total\t%d\n' $(($(date +%s) - t_all)) >>"$phases"
 # The report is written from this run's files only; docs/ gets a copy of all three.
 "$BENCH_BIN/report" doc -run "$OUT_DIR" -out "$OUT_DIR/performance.md" ${QUICK:+-quick="$QUICK"}
@@ -79,6 +93,7 @@ fi
 echo
 echo "== summary (one run, ratios measured side by side) =="
 cat "$OUT_DIR/compare.out" "$OUT_DIR/openloop.out"
+grep '^BenchmarkFeature/' "$OUT_DIR/features.out" || true
 echo
 echo "raw results and logs:  $OUT_DIR"
 echo "sweep data:            $OUT_DIR/performance-data.tsv"

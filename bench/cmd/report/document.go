@@ -81,6 +81,8 @@ var docTemplate = template.Must(template.New("performance.md").Funcs(template.Fu
 	"whole":     whole,
 	"thousands": thousands,
 	"cell":      func(s string) string { return strings.ReplaceAll(s, "|", "/") },
+	"plus":      plus,
+	"isNaN":     math.IsNaN,
 }).Parse(docText))
 
 // write executes the template over the run's document.
@@ -102,6 +104,20 @@ func whole(x float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(math.Round(x), 'f', 0, 64)
+}
+
+// plus is x rounded to an integer with its sign and thousands separators
+// ("+1,234", "-56", "0"), "-" when it is NaN.
+func plus(x float64) string {
+	switch r := math.Round(x); {
+	case math.IsNaN(x):
+		return "-"
+	case r > 0:
+		return "+" + thousands(r)
+	case r < 0:
+		return "-" + thousands(-r)
+	}
+	return "0"
 }
 
 // thousands is x rounded to an integer with thousands separators ("12,345"),
@@ -129,6 +145,8 @@ type document struct {
 	Quick        bool
 	HandWritten  []string // sections carried over from the previous doc, in its order
 	HasNodrain   bool     // fenceproxy-nodrain was measured
+	HasTrace     bool     // fenceproxy-trace-unsampled was measured
+	LuaMissing   string   // why nginx-lua was not measured ("": it was)
 	Machine      map[string]string
 	NCPU         float64
 	Goals        goals
@@ -155,10 +173,14 @@ type document struct {
 	WakeLines   []string // drain-wake summary lines
 	OpenLoop    *openLoop
 	Sweep       *sweep
+	Features    *features // go test -bench BenchmarkFeature (nil: not run)
 	Crosscheck  string
 }
 
-type goals struct{ ThrNone, ThrDurable, AddedP99ms, DrainOnOff, DrainWake float64 }
+type goals struct {
+	ThrNone, ThrDurable, AddedP99ms, DrainOnOff, DrainWake float64
+	CPUVsGoPlain, RedisOnOff, TraceCPU, BeatLua            float64
+}
 
 type phase struct{ Name, Seconds string }
 
@@ -169,36 +191,50 @@ type setting struct {
 	Met       bool    // fenceproxy ÷ go-plain >= Goal
 	Targets   []*targetView
 	// never nil; Measured says whether the target ran at this setting
-	FP, GP, ND, NG, NL *targetView
-	Fenced             []*targetView // fenceproxy and fenceproxy-nodrain, those measured
-	DrainMet           bool          // fenceproxy ÷ fenceproxy-nodrain >= the goal
-	PredictedOnOff     float64       // whole-stack CPU per request, off ÷ on
-	HasScriptRuns      bool
-	ScriptRunsOn       float64 // Redis script runs per request, drain on and off
-	ScriptRunsOff      float64
-	Commands           []commandView // fenceproxy's, then fenceproxy-nodrain's
-	DrainOutcomes      []outcome     // of fenceproxy's requests
-	Line               string        // its compare[...] summary line
-	OpenLoopRate       float64       // req/s of the interleaved open-loop runs
-	OpenLoop           []olCompare   // fenceproxy against go-plain, by mode
+	FP, GP, ND, NG, NL, TR *targetView
+	Fenced                 []*targetView // fenceproxy and fenceproxy-nodrain, those measured
+	DrainMet               bool          // fenceproxy ÷ fenceproxy-nodrain >= the goal
+	PredictedOnOff         float64       // whole-stack CPU per request, off ÷ on
+	HasScriptRuns          bool
+	ScriptRunsOn           float64 // Redis script runs per request, drain on and off
+	ScriptRunsOff          float64
+	Commands               []commandView // fenceproxy's, then fenceproxy-nodrain's
+	DrainOutcomes          []outcome     // of fenceproxy's requests
+	Line                   string        // its compare[...] summary line
+	OpenLoopRate           float64       // req/s of the interleaved open-loop runs
+	OpenLoop               []olCompare   // fenceproxy against go-plain, by mode
+	OLGoal                 *olCompare    // the one the goal is judged on (nil: no open-loop run)
+	Wake                   *wakePart     // drainwake's fenceproxy at this setting (nil: not measured)
+
+	// the goals on CPU (goals.go), per admitted request
+	CPU        cpuGoal // fenceproxy's own ÷ go-plain's
+	RedisOnOff cpuGoal // Redis's, barrier on ÷ off
+	Trace      cpuGoal // fenceproxy-trace-unsampled ÷ fenceproxy
+	LuaCPU     cpuGoal // fenceproxy + its Redis ÷ nginx-lua + its Redis
+	LuaThrMet  bool    // fenceproxy's req/s above nginx-lua's
+	LuaDead    bool    // nginx-lua was measured but answered nothing
+	// Redis commands per request (every command Redis counted, a script's own among them), on and off
+	HasCommandsOn, HasCommandsOff bool
+	CommandsOn, CommandsOff       float64
 }
 
 // targetView is one target's medians at one setting.
 type targetView struct {
-	Name                string
-	Measured            bool
-	Subject             bool // fenceproxy itself
-	Rounds              int
-	RPS, RPSMin, RPSMax float64
-	P50ms, P99ms        float64
-	Failed              int64 // non-2xx answers and socket errors
-	UsProxy, UsRedis    float64
-	UsOrigin, UsWrk     float64
-	UsesRedis           bool    // more than half a µs of Redis CPU per request
-	Stack               float64 // proxy + Redis + origin + wrk µs per request
-	CPUProxy, Other     float64 // cores
-	PerCore             float64 // req/s per core of proxy CPU
-	PerCoreWithRedis    float64 // per core of proxy + Redis CPU
+	Name                 string
+	Measured             bool
+	Subject              bool // fenceproxy itself
+	Rounds               int
+	RPS, RPSMin, RPSMax  float64
+	P50ms, P99ms         float64
+	Failed               int64 // non-2xx answers and socket errors
+	UsProxy, UsRedis     float64
+	UsProxyOK, UsRedisOK float64 // per admitted request (2xx answer)
+	UsOrigin, UsWrk      float64
+	UsesRedis            bool    // more than half a µs of Redis CPU per request
+	Stack                float64 // proxy + Redis + origin + wrk µs per request
+	CPUProxy, Other      float64 // cores
+	PerCore              float64 // req/s per core of proxy CPU
+	PerCoreWithRedis     float64 // per core of proxy + Redis CPU
 	// fenceproxy against this target
 	Ratio       float64 // fenceproxy req/s ÷ this target's
 	RoundRatios span
@@ -239,7 +275,7 @@ type wakeSummary struct {
 }
 
 type wakePart struct {
-	Name                        string // the Redis setting
+	Key, Name                   string // the Redis setting, and how the doc says it
 	Measured                    int
 	Overtook, Reordered, Errors int
 	P50ms, P99ms                float64
@@ -317,20 +353,32 @@ func (d *runData) document() *document {
 	m := d.machine
 	doc := &document{
 		Date: m["date"], Commit: m["commit"], Quick: d.quick, HandWritten: d.kept, HasNodrain: d.hasNodrain(),
+		HasTrace: d.has(traced), LuaMissing: d.luaMissing(), Features: d.features,
 		Machine: m, NCPU: d.ncpu, Command: d.command, Crosscheck: d.crosscheck, WakeLines: d.wakeLines,
-		Goals: goals{ThrNone: goalThrNone, ThrDurable: goalThrDurable, AddedP99ms: goalAddedP99ms, DrainOnOff: goalDrainOnOff, DrainWake: goalDrainWake},
+		Goals: goals{ThrNone: goalThrNone, ThrDurable: goalThrDurable, AddedP99ms: goalAddedP99ms, DrainOnOff: goalDrainOnOff, DrainWake: goalDrainWake,
+			CPUVsGoPlain: goalCPUVsGoPlain, RedisOnOff: goalRedisOnOff, TraceCPU: goalTraceCPU, BeatLua: goalBeatLua},
 	}
 	for _, s := range d.settings {
 		doc.Settings = append(doc.Settings, d.setting(s))
 	}
 
 	doc.Wake = d.wakeSummary()
+	if doc.Wake != nil {
+		for i := range doc.Wake.Parts {
+			for _, s := range doc.Settings {
+				if s.Key == doc.Wake.Parts[i].Key {
+					s.Wake = &doc.Wake.Parts[i]
+				}
+			}
+		}
+	}
 	doc.ChecksOK = true
 	for _, s := range doc.Settings {
 		doc.Failed += s.FP.Failed
 		doc.NodrainFailed += s.ND.Failed
 		if l := d.lines[s.Key]; l != "" && (!strings.HasSuffix(l, "stale-check=ok") ||
-			(strings.Contains(l, " nodrain-check=") && !strings.Contains(l, " nodrain-check=ok "))) {
+			(strings.Contains(l, " nodrain-check=") && !strings.Contains(l, " nodrain-check=ok ")) ||
+			(strings.Contains(l, " trace-check=") && !strings.Contains(l, " trace-check=ok "))) {
 			doc.ChecksOK = false
 		}
 	}
@@ -392,7 +440,7 @@ func (d *runData) setting(s string) *setting {
 		x, ok := st[t]
 		v := &targetView{Name: t, Measured: ok, Subject: t == "fenceproxy", Rounds: x.rounds,
 			RPS: x.rps, RPSMin: x.rpsMin, RPSMax: x.rpsMax, P50ms: x.p50 / 1000, P99ms: x.p99 / 1000, Failed: x.non2xx + x.sockerr,
-			UsProxy: x.usProxy, UsRedis: x.usRedis, UsOrigin: x.usOrigin, UsWrk: x.usWrk, UsesRedis: x.usRedis > 0.5,
+			UsProxy: x.usProxy, UsRedis: x.usRedis, UsProxyOK: x.usProxyOK, UsRedisOK: x.usRedisOK, UsOrigin: x.usOrigin, UsWrk: x.usWrk, UsesRedis: x.usRedis > 0.5,
 			Stack: x.usProxy + x.usRedis + x.usOrigin + x.usWrk, CPUProxy: x.cpuProxy, Other: x.other,
 			PerCore: 1e6 / x.usProxy, PerCoreWithRedis: 1e6 / (x.usProxy + x.usRedis),
 			Ratio: fp.rps / x.rps, RoundRatios: spanOf(roundRatios(rows, "fenceproxy", t, conns)), AddedP99ms: (fp.p99 - x.p99) / 1000,
@@ -407,7 +455,8 @@ func (d *runData) setting(s string) *setting {
 			v.Targets = append(v.Targets, view(t))
 		}
 	}
-	v.FP, v.GP, v.ND, v.NG, v.NL = view("fenceproxy"), view("go-plain"), view(nodrain), view("nginx"), view("nginx-lua")
+	v.FP, v.GP, v.ND, v.NG, v.NL, v.TR = view("fenceproxy"), view("go-plain"), view(nodrain), view("nginx"), view("nginx-lua"), view(traced)
+	v.cpuGoals(st, rows, conns)
 	v.Met = v.FP.VsGoPlain >= v.Goal
 	v.DrainMet = v.ND.Ratio >= goalDrainOnOff
 	v.PredictedOnOff = v.ND.Stack / v.FP.Stack
@@ -421,6 +470,8 @@ func (d *runData) setting(s string) *setting {
 	if len(con) > 0 && len(coff) > 0 {
 		v.HasScriptRuns, v.ScriptRunsOn, v.ScriptRunsOff = true, scriptRuns(con), scriptRuns(coff)
 	}
+	v.HasCommandsOn, v.CommandsOn = len(con) > 0, totalCalls(con)
+	v.HasCommandsOff, v.CommandsOff = len(coff) > 0, totalCalls(coff)
 	for _, t := range []string{"fenceproxy", nodrain} {
 		for _, c := range commandsPerRequest(d.cmds[s], s, t) {
 			if c.callsPerReq >= 0.001 {
@@ -439,6 +490,7 @@ func (d *runData) setting(s string) *setting {
 			v.OpenLoop = append(v.OpenLoop, olAgainst(mode, fp, gp))
 		}
 	}
+	v.OLGoal = olGoal(v.OpenLoop)
 	return v
 }
 
@@ -474,7 +526,7 @@ func (d *runData) wakeSummary() *wakeSummary {
 	}
 	ws := &wakeSummary{}
 	for _, x := range w {
-		ws.Parts = append(ws.Parts, wakePart{Name: settingName(strings.TrimPrefix(x.label, "redis=")), Measured: x.measured,
+		ws.Parts = append(ws.Parts, wakePart{Key: strings.TrimPrefix(x.label, "redis="), Name: settingName(strings.TrimPrefix(x.label, "redis=")), Measured: x.measured,
 			Overtook: x.overtook, Reordered: x.reordered, Errors: x.errors, P50ms: x.p50 / 1000, P99ms: x.p99 / 1000,
 			Met: x.p50/1000 < goalDrainWake})
 		if x.overlapped >= 0 {

@@ -22,14 +22,24 @@ var update = flag.Bool("update", false, "rewrite the golden files of TestDocGold
 //   - full: a real run of bench/run-all.sh (both Redis settings, drain on and
 //     off, drainwake, open loop, sweep), plus a cross-check and a previous doc
 //     with two hand-written sections.
+//     Without nginx-lua (its module absent), fenceproxy-trace-unsampled or
+//     the per-feature benchmark: the goals they measure say so.
 //   - quirks: a QUICK=1 run at one setting (durable) with edge cases: a peer
-//     that answered nothing, failed functional checks, nothing measured by
-//     drainwake, no sweep, phases or previous doc.
+//     that answered nothing (no verdict against it), failed functional
+//     checks, nothing measured by drainwake, no sweep, phases or previous
+//     doc, a per-feature benchmark without "shipped" and without -benchmem.
+//   - goals: a real QUICK=1 run with every target (nginx-lua,
+//     fenceproxy-trace-unsampled), Redis's commands, the per-feature
+//     benchmark with callgrind's instruction counts: most goals not met.
+//   - met: a synthetic run at one setting where every goal on CPU and
+//     against nginx-lua is met (and fenceproxy refused some requests, so per
+//     admitted request differs from per request), the per-feature benchmark
+//     at GOMAXPROCS=2 ("-2" names) with a sub-benchmark switched on.
 func TestDocGolden(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		quick string
-	}{{"full", ""}, {"quirks", "1"}} {
+	}{{"full", ""}, {"quirks", "1"}, {"goals", "1"}, {"met", ""}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join("testdata", c.name)
 			docs := filepath.Join(dir, "docs")

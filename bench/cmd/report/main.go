@@ -34,7 +34,9 @@ func main() {
 // compareOrder is the order targets are shown in. fenceproxy runs with the
 // drain barrier on (the default); fenceproxy-nodrain is the same binary
 // with FENCE_DRAIN=off.
-var compareOrder = []string{"fenceproxy", "go-plain", "nginx", "nginx-lua", "fenceproxy-nodrain"}
+// fenceproxy-trace-unsampled is the same binary with tracing wired and
+// nothing sampled.
+var compareOrder = []string{"fenceproxy", "go-plain", "nginx", "nginx-lua", "fenceproxy-nodrain", traced}
 
 // peers are the targets that are not fenceproxy: fenceproxy's throughput
 // ratio to each is reported as thr/<peer>.
@@ -49,6 +51,7 @@ func compareCmd(args []string) error {
 	stale := fs.String("stale", "?", "result of the fenceproxy functional check")
 	luaCheck := fs.String("lua-check", "", "result of the nginx-lua functional check (empty: not run)")
 	nodrainCheck := fs.String("nodrain-check", "", "result of the fenceproxy-nodrain functional check (empty: not run)")
+	traceCheck := fs.String("trace-check", "", "result of the fenceproxy-trace-unsampled functional check (empty: not run)")
 	redisIn := fs.String("redis", "", "Redis commands per run (compare-SETTING-redis.tsv; optional)")
 	ncpu := fs.Int("ncpu", runtime.NumCPU(), "CPUs of the machine")
 	_ = fs.Parse(args)
@@ -77,7 +80,7 @@ func compareCmd(args []string) error {
 		st[t] = summarize(mine, t, conns, float64(*ncpu))
 	}
 	printCompareTable(os.Stderr, *setting, st, cmds)
-	fmt.Println(compareLine(*setting, mine, st, conns, *stale, *luaCheck, *nodrainCheck, cmds))
+	fmt.Println(compareLine(*setting, mine, st, conns, checks{stale: *stale, lua: *luaCheck, nodrain: *nodrainCheck, trace: *traceCheck}, cmds))
 	return nil
 }
 
@@ -102,6 +105,21 @@ func goalWord(r, goal float64) string {
 	}
 	return "MISSED"
 }
+
+// ceilingWord is "met" when r is at most goal (below it when strict),
+// "MISSED" above, "-" when either is unknown.
+func ceilingWord(r, goal float64, strict bool) string {
+	switch {
+	case math.IsNaN(r) || math.IsNaN(goal) || math.IsInf(r, 0):
+		return "-"
+	case r < goal, r == goal && !strict:
+		return "met"
+	}
+	return "MISSED"
+}
+
+// checks are the functional checks' results before a compare run ("": not run).
+type checks struct{ stale, lua, nodrain, trace string }
 
 // rpsRatio is a's median throughput over b's, NaN when either is missing.
 func rpsRatio(st map[string]stats, a, b string) float64 {
@@ -166,10 +184,10 @@ func ratio(a, b float64) string {
 }
 
 // compareLine is the one summary line of a compare run at one setting.
-func compareLine(setting string, rows []row, st map[string]stats, conns int, stale, luaCheck, nodrainCheck string, cmds []cmdRow) string {
+func compareLine(key string, rows []row, st map[string]stats, conns int, ck checks, cmds []cmdRow) string {
 	var b strings.Builder
 	fp := st["fenceproxy"]
-	fmt.Fprintf(&b, "compare[redis=%s]:", setting)
+	fmt.Fprintf(&b, "compare[redis=%s]:", key)
 	for _, t := range compareOrder {
 		if s, ok := st[t]; ok {
 			fmt.Fprintf(&b, " %s=%.0frps/p99=%.2fms", t, s.rps, s.p99/1000)
@@ -182,7 +200,7 @@ func compareLine(setting string, rows []row, st map[string]stats, conns int, sta
 		}
 	}
 	b.WriteString(roundSpan(rows, "fenceproxy", "go-plain", conns))
-	if goal := goalFor(setting); !math.IsNaN(goal) {
+	if goal := goalFor(key); !math.IsNaN(goal) {
 		fmt.Fprintf(&b, " goal>=%.2f:%s", goal, goalWord(rpsRatio(st, "fenceproxy", "go-plain"), goal))
 	}
 	if nd, ok := st[nodrain]; ok {
@@ -191,6 +209,26 @@ func compareLine(setting string, rows []row, st map[string]stats, conns int, sta
 		}
 		fmt.Fprintf(&b, " | drain-on/off=%s%s goal>=%.2f:%s", ratio(fp.rps, nd.rps), roundSpan(rows, "fenceproxy", nodrain, conns),
 			goalDrainOnOff, goalWord(rpsRatio(st, "fenceproxy", nodrain), goalDrainOnOff))
+	}
+	// the CPU goals (per admitted request), and the peer doing the same fencing
+	v := &setting{NL: &targetView{}}
+	if s, ok := st["nginx-lua"]; ok {
+		v.NL = &targetView{Measured: true, RPS: s.rps, Ratio: fp.rps / s.rps}
+	}
+	v.cpuGoals(st, rows, conns)
+	for _, g := range []struct {
+		name string
+		g    cpuGoal
+	}{{"cpu/go-plain", v.CPU}, {"redis-cpu-on/off", v.RedisOnOff}, {"cpu-trace-unsampled/off", v.Trace}} {
+		if g.g.Known {
+			fmt.Fprintf(&b, " | %s=%.2f goal<=%.2f:%s", g.name, g.g.Ratio, g.g.Goal, ceilingWord(g.g.Ratio, g.g.Goal, false))
+		}
+	}
+	if v.NL.Measured && !v.LuaDead {
+		fmt.Fprintf(&b, " | beat-nginx-lua thr=%.2f:%s", v.NL.Ratio, map[bool]string{true: "met", false: "MISSED"}[v.LuaThrMet])
+		if v.LuaCPU.Known {
+			fmt.Fprintf(&b, " cpu+redis=%.2f:%s", v.LuaCPU.Ratio, ceilingWord(v.LuaCPU.Ratio, v.LuaCPU.Goal, true))
+		}
 	}
 	var deltas []string
 	for _, t := range compareOrder[1:] {
@@ -208,9 +246,9 @@ func compareLine(setting string, rows []row, st map[string]stats, conns int, sta
 			}
 		}
 	}
-	var rc []string
+	var rc, tc []string
 	for _, t := range []string{"fenceproxy", nodrain} {
-		cs := commandsPerRequest(cmds, setting, t)
+		cs := commandsPerRequest(cmds, key, t)
 		if len(cs) == 0 {
 			continue
 		}
@@ -221,9 +259,11 @@ func compareLine(setting string, rows []row, st map[string]stats, conns int, sta
 			}
 		}
 		rc = append(rc, t+"="+strings.Join(parts, ","))
+		tc = append(tc, fmt.Sprintf("%s=%.2f(scripts %.3f)", t, totalCalls(cs), scriptRuns(cs)))
 	}
 	if len(rc) > 0 {
 		b.WriteString(" | redis_calls/req " + strings.Join(rc, " "))
+		b.WriteString(" | commands/req " + strings.Join(tc, " "))
 	}
 	fmt.Fprintf(&b, " | non2xx=%d sockerr=%d", fp.non2xx, fp.sockerr)
 	if nd, ok := st[nodrain]; ok {
@@ -232,12 +272,18 @@ func compareLine(setting string, rows []row, st map[string]stats, conns int, sta
 	if nl, ok := st["nginx-lua"]; ok && nl.non2xx+nl.sockerr > 0 {
 		fmt.Fprintf(&b, " nginx-lua-non2xx=%d", nl.non2xx+nl.sockerr)
 	}
-	if luaCheck != "" {
-		fmt.Fprintf(&b, " lua-check=%s", luaCheck)
+	if tr, ok := st[traced]; ok {
+		fmt.Fprintf(&b, " trace-non2xx=%d", tr.non2xx+tr.sockerr)
 	}
-	if nodrainCheck != "" {
-		fmt.Fprintf(&b, " nodrain-check=%s", nodrainCheck)
+	if ck.lua != "" {
+		fmt.Fprintf(&b, " lua-check=%s", ck.lua)
 	}
-	fmt.Fprintf(&b, " stale-check=%s", stale)
+	if ck.nodrain != "" {
+		fmt.Fprintf(&b, " nodrain-check=%s", ck.nodrain)
+	}
+	if ck.trace != "" {
+		fmt.Fprintf(&b, " trace-check=%s", ck.trace)
+	}
+	fmt.Fprintf(&b, " stale-check=%s", ck.stale)
 	return b.String()
 }

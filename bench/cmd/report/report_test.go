@@ -59,7 +59,7 @@ func TestCompareLineDrainOnOff(t *testing.T) {
 		{setting: "none", round: 1, target: "fenceproxy", requests: 1000, command: "zadd", calls: 1000, usec: 2000},
 		{setting: "none", round: 1, target: nodrain, requests: 1000, command: "evalsha", calls: 200, usec: 2000},
 	}
-	l := compareLine("none", rows, st, 32, "ok", "", "ok", cmds)
+	l := compareLine("none", rows, st, 32, checks{stale: "ok", nodrain: "ok"}, cmds)
 	if !summaryLine.MatchString(l) {
 		t.Fatalf("summary line does not parse:\n%s", l)
 	}
@@ -85,7 +85,7 @@ func TestCompareLineDrainOnOff(t *testing.T) {
 			only = append(only, r)
 		}
 	}
-	l = compareLine("durable", only, statsOf(only), 32, "ok", "", "", nil)
+	l = compareLine("durable", only, statsOf(only), 32, checks{stale: "ok"}, nil)
 	if strings.Contains(l, "drain-on/off") || strings.Contains(l, "nodrain") || !strings.Contains(l, "goal>=0.75:met") {
 		t.Errorf("without nodrain, durable:\n%s", l)
 	}

@@ -149,14 +149,16 @@ type stats struct {
 	sockerr        int64
 	// CPU per request in microseconds (median over rounds of cores*1e6/rps).
 	usProxy, usOrigin, usRedis, usWrk float64
-	cpuProxy, cpuRedis                float64 // median cores
-	other                             float64 // mean cores used by nothing we started
-	statuses, decisions               []string
+	// the same per admitted request: per 2xx answer (usPerOK), what the goals are stated in
+	usProxyOK, usRedisOK float64
+	cpuProxy, cpuRedis   float64 // median cores
+	other                float64 // mean cores used by nothing we started
+	statuses, decisions  []string
 }
 
 func summarize(rows []row, target string, conns int, ncpu float64) stats {
 	st := stats{target: target, conns: conns}
-	var rps, p50, p99, up, uo, ur, uw, cp, cr, other []float64
+	var rps, p50, p99, up, uo, ur, uw, upOK, urOK, cp, cr, other []float64
 	for _, r := range rows {
 		if r.target != target || r.conns != conns {
 			continue
@@ -172,6 +174,8 @@ func summarize(rows []row, target string, conns int, ncpu float64) stats {
 			uo = append(uo, r.cpuOrigin*1e6/r.rps)
 			ur = append(ur, r.cpuRedis*1e6/r.rps)
 			uw = append(uw, r.cpuWrk*1e6/r.rps)
+			upOK = append(upOK, usPerOK(r, r.cpuProxy))
+			urOK = append(urOK, usPerOK(r, r.cpuRedis))
 		}
 		if ncpu > 0 {
 			other = append(other, math.Max(0, ncpu-r.cpuProxy-r.cpuOrigin-r.cpuRedis-r.cpuWrk-r.cpuIdle-r.cpuSteal))
@@ -189,9 +193,48 @@ func summarize(rows []row, target string, conns int, ncpu float64) stats {
 	st.rpsMin, st.rpsMax = minMax(rps)
 	st.p50, st.p99 = median(p50), median(p99)
 	st.usProxy, st.usOrigin, st.usRedis, st.usWrk = median(up), median(uo), median(ur), median(uw)
+	st.usProxyOK, st.usRedisOK = median(upOK), median(urOK)
 	st.cpuProxy, st.cpuRedis = median(cp), median(cr)
 	st.other = mean(other)
 	return st
+}
+
+// usPerOK is cores of CPU over a run (cores × 10⁶ ÷ req/s: µs per request)
+// per 2xx answer of that run: per admitted request, for a fencing proxy,
+// whose refusals (409) and failures are the non-2xx. When the run's answers
+// are unknown (no requests column) it is per request.
+func usPerOK(r row, cores float64) float64 {
+	us := cores * 1e6 / r.rps
+	if r.requests > 0 && r.non2xx < r.requests {
+		us *= float64(r.requests) / float64(r.requests-r.non2xx)
+	}
+	return us
+}
+
+// roundCPURatios returns, round by round, a's CPU per admitted request over
+// b's, sorted: each is what cpu (usPerOK of a run's column) says of the two
+// runs of one round.
+func roundCPURatios(rows []row, a, b string, conns int, cpu func(row) float64) []float64 {
+	ra, rb := map[int]float64{}, map[int]float64{}
+	for _, r := range rows {
+		if r.conns != conns || r.rps <= 0 {
+			continue
+		}
+		switch r.target {
+		case a:
+			ra[r.round] = cpu(r)
+		case b:
+			rb[r.round] = cpu(r)
+		}
+	}
+	var out []float64
+	for round, x := range ra {
+		if y, ok := rb[round]; ok && y > 0 {
+			out = append(out, x/y)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // roundRatios returns, round by round, the throughput of a over that of b
@@ -338,6 +381,16 @@ func scriptRuns(cs []cmdStat) float64 {
 		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
 			x += c.callsPerReq
 		}
+	}
+	return x
+}
+
+// totalCalls is every command's calls per request among cs (a script's own
+// commands count beside its EVALSHA, as Redis counts them).
+func totalCalls(cs []cmdStat) float64 {
+	var x float64
+	for _, c := range cs {
+		x += c.callsPerReq
 	}
 	return x
 }

@@ -30,6 +30,7 @@ type runData struct {
 	cmds       map[string][]cmdRow // Redis commands per run, by setting
 	wake       []wakeRow           // bench/cmd/drainwake, drainwake.tsv
 	wakeLines  []string
+	features   *features // features.out (and features-callgrind.tsv), nil when absent
 }
 
 // wakeRow is one target's row of bench/cmd/drainwake.
@@ -153,6 +154,9 @@ func loadRun(dir, docs string) (*runData, error) {
 	if b, err := os.ReadFile(filepath.Join(dir, "crosscheck.txt")); err == nil {
 		d.crosscheck = strings.TrimSpace(string(b))
 	}
+	if d.features, err = loadFeatures(dir); err != nil {
+		return nil, err
+	}
 	d.command = "bench/run-all.sh"
 	if b, err := os.ReadFile(filepath.Join(dir, "command.txt")); err == nil {
 		d.command = strings.TrimSpace(string(b))
@@ -223,10 +227,13 @@ func (d *runData) olFor(label, mode, target string) (olRow, bool) {
 }
 
 // hasNodrain reports whether the run measured fenceproxy-nodrain.
-func (d *runData) hasNodrain() bool {
+func (d *runData) hasNodrain() bool { return d.has(nodrain) }
+
+// has reports whether the run's compare rows measured target.
+func (d *runData) has(target string) bool {
 	for _, s := range d.settings {
 		for _, r := range d.compare[s] {
-			if r.target == nodrain {
+			if r.target == target {
 				return true
 			}
 		}
