@@ -102,7 +102,9 @@ func parseFeatures(sc *bufio.Scanner) (*features, error) {
 		case strings.HasPrefix(l, "# benchtime "):
 			ft.Benchtime = strings.TrimPrefix(l, "# benchtime ")
 		case strings.HasPrefix(l, "--- FAIL: BenchmarkFeature/"):
-			ft.Failed = append(ft.Failed, strings.Fields(strings.TrimPrefix(l, "--- FAIL: BenchmarkFeature/"))[0])
+			if f := strings.Fields(strings.TrimPrefix(l, "--- FAIL: BenchmarkFeature/")); len(f) > 0 {
+				ft.Failed = append(ft.Failed, f[0])
+			}
 		}
 		m := benchLine.FindStringSubmatch(l)
 		if m == nil {
@@ -138,7 +140,7 @@ func parseFeatures(sc *bufio.Scanner) (*features, error) {
 	// "-N" is GOMAXPROCS's only when every name carries the same one
 	suffix := procSuffix.FindString(names[0])
 	for _, n := range names {
-		if suffix == "" || !strings.HasSuffix(n, suffix) {
+		if suffix == "" || !strings.HasSuffix(n, suffix) || len(n) == len(suffix) {
 			suffix = ""
 			break
 		}
