@@ -20,6 +20,15 @@ var summaryLine = regexp.MustCompile(`^compare\[redis=(none|durable)\]: fencepro
 // (FENCE_DRAIN=off) in the same rounds, and the latter's functional check.
 var drainParts = regexp.MustCompile(` \| nodrain/go-plain=([0-9.]+).* \| drain-on/off=([0-9.]+).* nodrain-check=(\S+) stale-check=`)
 
+// cpuParts are the summary line's CPU goals (per admitted request) at the
+// setting none: fenceproxy against go-plain, Redis with the barrier on
+// against off, fenceproxy-trace-unsampled (tracing wired, nothing sampled)
+// against fenceproxy; then Redis's commands per request, on and off.
+var cpuParts = regexp.MustCompile(` \| cpu/go-plain=([0-9.]+) goal<=0\.75:(met|MISSED) \| redis-cpu-on/off=([0-9.]+) goal<=1\.20:(met|MISSED) \| cpu-trace-unsampled/off=([0-9.]+) goal<=1\.03:(met|MISSED) .*\| commands/req fenceproxy=([0-9.]+)\(scripts ([0-9.]+)\) fenceproxy-nodrain=([0-9.]+)\(scripts ([0-9.]+)\) .* trace-check=(\S+) `)
+
+// luaParts are the summary line's parts against nginx-lua, when its module is installed.
+var luaParts = regexp.MustCompile(` \| beat-nginx-lua thr=([0-9.]+):(met|MISSED) cpu\+redis=([0-9.]+):(met|MISSED) .* lua-check=(\S+) `)
+
 // wakeLine is the drain-wake line that follows each summary line.
 var wakeLine = regexp.MustCompile(`^drain-wake\[redis=(none|durable)\]: [^|]*fenceproxy n=\d+ after-older p50=([0-9.-]+)ms [^|]* overlapped=(\d+) [^|]*\| fenceproxy-nodrain n=\d+ `)
 
@@ -30,7 +39,7 @@ var wakeLine = regexp.MustCompile(`^drain-wake\[redis=(none|durable)\]: [^|]*fen
 // short round on a shared machine are not a result.
 func TestCompareQuick(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts redis, nginx, four proxies and wrk for about a minute")
+		t.Skip("starts redis, nginx, six proxies and wrk for about a minute")
 	}
 	for _, tool := range []string{"wrk", "nginx", "redis-server", "redis-cli", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -74,6 +83,28 @@ func TestCompareQuick(t *testing.T) {
 	for i, name := range map[int]string{1: "nodrain/go-plain", 2: "drain-on/off"} {
 		if v, err := strconv.ParseFloat(string(d[i]), 64); err != nil || v <= 0 {
 			t.Errorf("%s = %q, want a positive number", name, d[i])
+		}
+	}
+	c := cpuParts.FindSubmatch(lines[0])
+	if c == nil {
+		t.Fatalf("summary line has no CPU goals, commands per request or tracing check:\n%s", lines[0])
+	}
+	if got := string(c[11]); got != "ok" {
+		t.Errorf("trace-check=%s, want ok\nstderr:\n%s", got, stderr.String())
+	}
+	for i, name := range map[int]string{1: "cpu/go-plain", 3: "redis-cpu-on/off", 5: "cpu-trace-unsampled/off",
+		7: "commands per request, barrier on", 8: "script runs per request, on", 9: "commands per request, off", 10: "script runs per request, off"} {
+		if v, err := strconv.ParseFloat(string(c[i]), 64); err != nil || v <= 0 {
+			t.Errorf("%s = %q, want a positive number", name, c[i])
+		}
+	}
+	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err == nil {
+		l := luaParts.FindSubmatch(lines[0])
+		if l == nil {
+			t.Fatalf("nginx-lua is installed but the summary line has no parts against it:\n%s", lines[0])
+		}
+		if got := string(l[5]); got != "ok" {
+			t.Errorf("lua-check=%s, want ok", got)
 		}
 	}
 	w := wakeLine.FindSubmatch(lines[1])

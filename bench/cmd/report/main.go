@@ -278,11 +278,12 @@ func compareLine(key string, rows []row, st map[string]stats, conns int, ck chec
 	if ck.lua != "" {
 		fmt.Fprintf(&b, " lua-check=%s", ck.lua)
 	}
-	if ck.nodrain != "" {
-		fmt.Fprintf(&b, " nodrain-check=%s", ck.nodrain)
-	}
 	if ck.trace != "" {
 		fmt.Fprintf(&b, " trace-check=%s", ck.trace)
+	}
+	// nodrain-check last before stale-check: readers of the line rely on that
+	if ck.nodrain != "" {
+		fmt.Fprintf(&b, " nodrain-check=%s", ck.nodrain)
 	}
 	fmt.Fprintf(&b, " stale-check=%s", ck.stale)
 	return b.String()
