@@ -6,7 +6,7 @@
 # tracing wired but nothing sampled (fenceproxy-trace-unsampled), measured in
 # ONE interleaved run per Redis setting, reported as ratios.
 #
-#   bench/compare.sh                      both Redis settings, ~5 min
+#   bench/compare.sh                      both Redis settings, ~6 min
 #   REDIS_DURABLE=1 bench/compare.sh      only appendonly yes + appendfsync always
 #   REDIS_DURABLE=0 bench/compare.sh      only Redis without persistence
 #   QUICK=1 bench/compare.sh              smoke test: 1 round of 3 s per target
