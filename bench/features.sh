@@ -36,6 +36,8 @@ mkdir -p "$OUT_DIR"
 say "building proxy's test binary"
 (cd "$REPO_DIR" && "$GO" test -c -o "$RUN_DIR/proxy.test" ./proxy) >&2
 echo "# benchtime $FEATURE_BENCHTIME"
+# the machine's 1-minute load average before and after: the report sets ns/op against it
+echo "# loadavg $(cut -d' ' -f1 /proc/loadavg)"
 say "BenchmarkFeature: $FEATURE_COUNT x $FEATURE_BENCHTIME per sub-benchmark, GOMAXPROCS=1"
 out=$RUN_DIR/features.txt
 # a sub-benchmark that fails is named in the output (--- FAIL), and the report says so; the
@@ -44,6 +46,7 @@ rc=0
 (cd "$REPO_DIR/proxy" && GOMAXPROCS=1 timeout -k 5 900 "$RUN_DIR/proxy.test" -test.run '^$' -test.bench '^BenchmarkFeature$' \
   -test.benchmem -test.count "$FEATURE_COUNT" -test.benchtime "$FEATURE_BENCHTIME") >"$out" 2>&1 || rc=$?
 cat "$out"
+echo "# loadavg $(cut -d' ' -f1 /proc/loadavg)"
 grep -q '^BenchmarkFeature/' "$out" || die "BenchmarkFeature measured nothing (exit $rc; output: $out)"
 ((rc == 0)) || say "BenchmarkFeature failed in part (exit $rc): $(grep -- '--- FAIL' "$out" | tr '\n' ' ')"
 

@@ -26,6 +26,7 @@ type features struct {
 	Benchtime  string   // as given to go test, from the output's header comment ("": default)
 	CPU        string   // go test's "cpu:" line
 	Procs      int      // GOMAXPROCS: the "-N" go test appends to every name, else 1
+	Load       []string // the machine's 1-minute load average before and after ("# loadavg" comments)
 	Failed     []string // sub-benchmarks go test reported as failed ("--- FAIL: BenchmarkFeature/x")
 	Rows       []featureRow
 	Shipped    bool // a "shipped" sub-benchmark was measured: the differences are known
@@ -101,6 +102,8 @@ func parseFeatures(sc *bufio.Scanner) (*features, error) {
 			ft.CPU = strings.TrimPrefix(l, "cpu: ")
 		case strings.HasPrefix(l, "# benchtime "):
 			ft.Benchtime = strings.TrimPrefix(l, "# benchtime ")
+		case strings.HasPrefix(l, "# loadavg "):
+			ft.Load = append(ft.Load, strings.TrimSpace(strings.TrimPrefix(l, "# loadavg ")))
 		case strings.HasPrefix(l, "--- FAIL: BenchmarkFeature/"):
 			if f := strings.Fields(strings.TrimPrefix(l, "--- FAIL: BenchmarkFeature/")); len(f) > 0 {
 				ft.Failed = append(ft.Failed, f[0])
