@@ -8,7 +8,18 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore/etcdtest"
+	"github.com/fenceproxy/fenceproxy/fencestore/storetest"
 )
+
+// The generation conformance: every admission reports the revision, an
+// operator's Reset and Raise set aside the floors seen before them (the
+// operator's key, keeper.go), a floor seen after still heals. (A revision
+// cannot be set back through the API: TestRevisionWentBack restores a
+// member's data instead.)
+func TestGeneration(t *testing.T) {
+	c := etcdtest.Start(t)
+	storetest.RunGeneration(t, func(t *testing.T) storetest.KeeperStore { return open(t, c, freshPrefix()) }, nil)
+}
 
 // An etcd member restored from a copy of its data taken earlier (as a
 // snapshot restore without --bump-revision gives it): its revision went

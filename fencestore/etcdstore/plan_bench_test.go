@@ -25,7 +25,7 @@ func BenchmarkPrepare(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = prepare(ctx, newPlan(k.markKey(a.Resource), a, fl), "")
+				_ = prepare(ctx, newPlan(k, a, fl, false), "")
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -35,6 +36,15 @@ import (
 //	           else (nothing)               // refused
 //	      read the older flights            // (with a flight) read when admitted
 //	else  get identity                      // *fencestore.LostError
+//
+// An admission with a floor first asks whether an operator changed marks
+// since the floor was seen (keeper.go): the operator's key's ModRevision
+// above the floor's generation (Admission.FloorGeneration) sets the floor
+// aside, and the tree below is built twice, with and without it:
+//
+//	if operator's ModRevision > floor's generation
+//	then (the tree without the floor)       // Decision.FloorVoid
+//	else (the tree with the floor)
 //
 // N is the admission's own mark stored (the token, and ':' and the
 // sequence when it has one). B, the bound, is N: a value below it is a
@@ -82,13 +92,23 @@ type leaf struct {
 	admitted bool
 	write    string // the value put, "" none
 	flight   bool   // the branch put the in-flight key
+	void     bool   // the branch set the floor aside (an operator's change)
 }
+
+// maxPath bounds the length of a path to a leaf: two levels of the
+// decision, one of the moves under it, and the operator's level above.
+const maxPath = 5
 
 // plan is an admission's tree, with its outcomes by path.
 type plan struct {
-	a      fencestore.Admission
-	key    string
-	mk     []byte // key, as etcd's messages carry it
+	a   fencestore.Admission
+	key string
+	mk  []byte // key, as etcd's messages carry it
+	ok  []byte // the operator's key (layout.operator)
+	// base begins the path of every leaf armed; void marks them as set
+	// aside (the branches built under the operator's comparison).
+	base   string
+	void   bool
 	fl     *flightReg
 	fk     []byte // fl.key, as etcd's messages carry it (and, its prefixes, the older range)
 	leaves map[string]leaf
@@ -97,8 +117,16 @@ type plan struct {
 	flightPut *pb.RequestOp
 }
 
-func newPlan(key string, a fencestore.Admission, fl *flightReg) *plan {
+// newPlan returns the plan of a in layout l. generation keeps the store
+// generation (once the identity is expected, as Redis does): the floor is
+// weighed against the operator's last change, and the Decision reports the
+// revision.
+func newPlan(l layout, a fencestore.Admission, fl *flightReg, generation bool) *plan {
+	key := l.markKey(a.Resource)
 	p := &plan{a: a, key: key, mk: []byte(key), fl: fl, leaves: make(map[string]leaf, 6)}
+	if generation {
+		p.ok = []byte(l.operator)
+	}
 	if fl != nil {
 		p.fk = []byte(fl.key)
 		p.flightPut = putOp(p.fk, boundValue(a.Flight), int64(fl.lease.id))
@@ -122,7 +150,8 @@ func (p *plan) request() *pb.RequestOp {
 // writes one.
 func (p *plan) arm(path string, l leaf) []*pb.RequestOp {
 	l.flight = p.fl != nil && l.admitted
-	p.leaves[path] = l
+	l.void = p.void
+	p.leaves[p.base+path] = l
 	if l.write == "" {
 		return nil
 	}
@@ -138,8 +167,25 @@ func (p *plan) withFlight(ops []*pb.RequestOp) []*pb.RequestOp {
 	return append([]*pb.RequestOp{p.flightPut}, ops...)
 }
 
-// tree returns the decision (the txn below "get mark").
+// tree returns the decision (the txn below "get mark"): with a floor,
+// under the operator's comparison.
 func (p *plan) tree() *pb.RequestOp {
+	if !p.a.HasFloor || p.ok == nil {
+		return p.decision()
+	}
+	withFloor := p.a
+	p.a.HasFloor, p.base, p.void = false, "1", true
+	void := p.decision()
+	p.a, p.base, p.void = withFloor, "0", false
+	kept := p.decision()
+	p.base = ""
+	since := &pb.Compare{Key: p.ok, Target: pb.Compare_MOD, Result: pb.Compare_GREATER,
+		TargetUnion: &pb.Compare_ModRevision{ModRevision: int64(min(p.a.FloorGeneration, math.MaxInt64))}}
+	return txnOp([]*pb.Compare{since}, []*pb.RequestOp{void}, []*pb.RequestOp{kept})
+}
+
+// decision is the tree of p.a, its floor included when it has one.
+func (p *plan) decision() *pb.RequestOp {
 	a := p.a
 	n := value(a.Order())
 	if !a.HasFloor {
@@ -271,12 +317,18 @@ func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, e
 		}
 		// The txn that goes on is its branch's last op.
 		last := len(tr.Responses) - 1
-		if last < 0 || tr.Responses[last].GetResponseTxn() == nil || len(path) >= 4 {
+		if last < 0 || tr.Responses[last].GetResponseTxn() == nil || len(path) >= maxPath {
 			return fail(errShape)
 		}
 		tr = tr.Responses[last].GetResponseTxn()
 	}
-	d, next, write := p.a.Decide(m, has)
+	a := p.a
+	a.HasFloor = a.HasFloor && !l.void
+	d, next, write := a.Decide(m, has)
+	d.FloorVoid = l.void
+	if p.ok != nil {
+		d.Generation = uint64(rev)
+	}
 	if l.admitted != d.Admitted || (l.write != "") != write || (write && l.write != value(next)) {
 		// Only a value that byte order misjudges gets here, and parseValue
 		// refused every such value above; this is a net under both.
