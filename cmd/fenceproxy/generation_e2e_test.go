@@ -177,28 +177,45 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-// Two deployments whose prefixes nest on one Redis: whichever starts
-// second is refused (503, naming FENCE_KEY_PREFIX), never sharing marks.
+// Two deployments whose prefixes nest on one Redis, or one etcd: whichever
+// starts second is refused (503, naming FENCE_KEY_PREFIX, or finding marks
+// that are not its own without an identity record), never sharing marks.
 func TestNestedPrefixesRefused(t *testing.T) {
-	for _, order := range [][2]string{{"fence:", "fence:billing:"}, {"fence:billing:", "fence:"}} {
-		t.Run(order[0]+" first", func(t *testing.T) {
-			rs := redistest.Start(t)
-			up := newCountingUpstream(t)
-			env := func(prefix string) map[string]string {
-				return map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(), "FENCE_KEY_PREFIX": prefix}
-			}
-			first := startWith(t, env(order[0]), generationHooks)
-			waitStoreOK(t, first)
-			wantPut(t, first, "first", "5", 200, "")
-			second := startWith(t, env(order[1]), generationHooks)
-			a := put(t, second.data, "/r", "5")
-			detail, _ := a.problem["detail"].(string)
-			if a.status != 503 || (!strings.Contains(detail, "FENCE_KEY_PREFIX") && !strings.Contains(detail, "marks but no identity record")) {
-				t.Fatalf("second deployment (%s): %+v, want 503 naming the prefix", order[1], a)
-			}
-			if n := up.n.Load(); n != 1 {
-				t.Fatalf("upstream saw %d requests, want 1", n)
-			}
-		})
+	for _, store := range []struct {
+		name string
+		env  func(t *testing.T) map[string]string
+	}{
+		{"redis", func(t *testing.T) map[string]string {
+			return map[string]string{"FENCE_REDIS_URL": redistest.Start(t).URL()}
+		}},
+		{"etcd", func(t *testing.T) map[string]string {
+			return map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": strings.Join(etcdtest.Start(t).Endpoints(), ",")}
+		}},
+	} {
+		for _, order := range [][2]string{{"fence:", "fence:billing:"}, {"fence:billing:", "fence:"}} {
+			t.Run(store.name+"/"+order[0]+" first", func(t *testing.T) {
+				base := store.env(t)
+				up := newCountingUpstream(t)
+				env := func(prefix string) map[string]string {
+					e := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_KEY_PREFIX": prefix}
+					for k, v := range base {
+						e[k] = v
+					}
+					return e
+				}
+				first := startWith(t, env(order[0]), generationHooks)
+				waitStoreOK(t, first)
+				wantPut(t, first, "first", "5", 200, "")
+				second := startWith(t, env(order[1]), generationHooks)
+				a := put(t, second.data, "/r", "5")
+				detail, _ := a.problem["detail"].(string)
+				if a.status != 503 || (!strings.Contains(detail, "FENCE_KEY_PREFIX") && !strings.Contains(detail, "marks but no identity record")) {
+					t.Fatalf("second deployment (%s): %+v, want 503 naming the prefix", order[1], a)
+				}
+				if n := up.n.Load(); n != 1 {
+					t.Fatalf("upstream saw %d requests, want 1", n)
+				}
+			})
+		}
 	}
 }

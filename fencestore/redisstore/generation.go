@@ -269,7 +269,7 @@ func (s *Store) Nesting(ctx context.Context) error {
 		return fencestore.Unavailable(fmt.Errorf("redisstore: nesting: %w", err))
 	}
 	for i, v := range vals {
-		if text, ok := v.(string); ok && identityShaped(text) {
+		if text, ok := v.(string); ok && fencestore.IdentityShaped(text) {
 			return fmt.Errorf("%w: %q holds the identity record of a deployment with prefix %q; "+
 				"use a prefix that no other deployment's is a beginning of", ErrNestedPrefix, s.prefix, keys[i])
 		}
@@ -295,21 +295,3 @@ func (s *Store) isClusterClient() bool {
 	return ok
 }
 
-// identityShaped reports whether v looks like an identity record rather
-// than a mark: a lost or forced record, or 32 hex digits (more digits than
-// any mark has).
-func identityShaped(v string) bool {
-	if fencestore.IsLostRecord(v) || fencestore.Forced(v) {
-		return true
-	}
-	if len(v) != 32 {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
