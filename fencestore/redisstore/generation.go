@@ -340,4 +340,3 @@ func (s *Store) isClusterClient() bool {
 	_, ok := s.client.(*redis.ClusterClient)
 	return ok
 }
-
