@@ -46,7 +46,7 @@
 //     neither the identity record nor the in-flight records. (No name the
 //     proxy builds from a path or a header begins with NUL.)
 //   - The operator's key: KeyPrefix+"\x00operator", put by every Raise and
-//     Reset that writes (its value the resource's name). Its ModRevision is
+//     Reset that writes (an empty value). Its ModRevision is
 //     the store generation of the operator's last change of marks.
 //
 // # The admission transaction

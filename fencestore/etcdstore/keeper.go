@@ -298,12 +298,13 @@ func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) 
 }
 
 // swap runs op if key's ModRevision is still rev (0: still absent), and
-// puts the operator's key in the same transaction.
+// puts the operator's key in the same transaction (an empty value: only
+// its revision counts, and an empty value sorts below every record of
+// another deployment that Nesting looks for).
 func (s *Store) swap(ctx context.Context, key string, rev int64, op clientv3.Op) (bool, error) {
-	resource := key[len(s.keys.prefix):]
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(op, clientv3.OpPut(s.keys.operator, resource)).Commit()
+		Then(op, clientv3.OpPut(s.keys.operator, "")).Commit()
 	if err != nil {
 		return false, s.fail(ctx, fmt.Sprintf("write %q", key), err)
 	}

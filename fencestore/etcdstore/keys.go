@@ -59,8 +59,8 @@ type layout struct {
 	identity string
 	// inflight begins every in-flight key.
 	inflight string
-	// operator is put by every Raise and Reset that writes (its value the
-	// resource): its ModRevision is the generation of the operator's last
+	// operator is put by every Raise and Reset that writes (an empty
+	// value): its ModRevision is the generation of the operator's last
 	// change of marks (keeper.go).
 	operator string
 	// marksFrom and marksEnd bound the marks: every key from the prefix

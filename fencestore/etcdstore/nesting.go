@@ -19,16 +19,18 @@ import (
 //   - the inner one finds the identity record of a shorter prefix: every
 //     key that is a beginning of its prefix (and "\x00", the record of an
 //     empty prefix) read in one transaction;
-//   - the outer one finds a record under its prefix that is not a mark: the
-//     greatest value among its marks, sorted by etcd (one range read with a
-//     limit of one; etcd reads the range to sort it, so its cost grows with
-//     the marks, once, at start). Every forced or lost record sorts above
-//     every mark (a letter after the digits), and so does a record of 32
-//     hex digits unless its first digits sort below the greatest mark's
-//     (a record beginning "00..." under marks of 19 digits and more): that
-//     rare one is not seen here. A deployment that started on the store
-//     before the outer one wrote its record is refused by the outer's own
-//     start too: a store with marks and no identity record.
+//   - the outer one finds a record under its prefix that is not a mark:
+//     among the nestingTop greatest values under its prefix, sorted by etcd
+//     (one range read; etcd reads the range to sort it, so its cost grows
+//     with the marks, once, at start). Every forced or lost record sorts
+//     above every mark (a letter after the digits), and so does a record of
+//     32 hex digits unless its first digits sort below the greatest mark's
+//     (a record beginning "00..." under marks of 19 digits and more); the
+//     inner one's in-flight records (their bound in decimal digits) may sort
+//     above it too, up to nestingTop of them. Such a rare record is not seen
+//     here. A deployment that started on the store before the outer one
+//     wrote its record is refused by the outer's own start too: a store
+//     with marks and no identity record.
 //
 // With a user of etcd's RBAC granted its prefix only, the shorter prefixes
 // cannot be read: that half is not checked.
@@ -39,6 +41,10 @@ var ErrNestedPrefix = errors.New("the key prefix nests with another deployment's
 // nestingBatch bounds the reads of one transaction (etcd's default
 // --max-txn-ops is 128).
 const nestingBatch = 100
+
+// nestingTop is how many of the greatest values under the prefix Nesting
+// looks at.
+const nestingTop = 64
 
 // Nesting reports a key prefix that nests with another deployment's on the
 // same etcd: a shorter prefix that holds an identity record, or an
@@ -51,19 +57,18 @@ func (s *Store) Nesting(ctx context.Context) error {
 		return err
 	}
 	resp, err := s.client.Get(ctx, s.keys.marksFrom, clientv3.WithRange(s.keys.marksEnd),
-		clientv3.WithSort(clientv3.SortByValue, clientv3.SortDescend), clientv3.WithLimit(1))
+		clientv3.WithSort(clientv3.SortByValue, clientv3.SortDescend), clientv3.WithLimit(nestingTop))
 	if err != nil {
 		return s.fail(ctx, "nesting", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil
+	for _, kv := range resp.Kvs {
+		if _, ok := parseValue(kv.Value); ok || !fencestore.IdentityShaped(string(kv.Value)) {
+			continue
+		}
+		return fmt.Errorf("%w: %q holds the identity record of a deployment with prefix %q, under this one's %q; "+
+			"use prefixes of which neither is a beginning of the other", ErrNestedPrefix, kv.Key, kv.Key, s.keys.prefix)
 	}
-	kv := resp.Kvs[0]
-	if _, ok := parseValue(kv.Value); ok || !fencestore.IdentityShaped(string(kv.Value)) {
-		return nil
-	}
-	return fmt.Errorf("%w: %q holds the identity record of a deployment with prefix %q, under this one's %q; "+
-		"use prefixes of which neither is a beginning of the other", ErrNestedPrefix, kv.Key, kv.Key, s.keys.prefix)
+	return nil
 }
 
 // shorterPrefixes reads the identity record each shorter prefix would have.

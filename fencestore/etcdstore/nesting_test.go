@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore"
@@ -21,7 +22,10 @@ func TestNestedPrefixes(t *testing.T) {
 		first, second string
 		marks         bool // the first one holds marks
 		lost          bool // and a lost record in place of its identity
-		nested        bool
+		// busy: the first one also has a request in flight and an
+		// operator's reset behind it (keys whose values are not marks).
+		busy   bool
+		nested bool
 	}{
 		{name: "inner after outer", first: "fence:", second: "fence:billing:", nested: true},
 		{name: "one byte longer", first: "fence:", second: "fence:b", nested: true},
@@ -30,6 +34,7 @@ func TestNestedPrefixes(t *testing.T) {
 		{name: "outer after inner", first: "fence:billing:", second: "fence:", nested: true},
 		{name: "outer after inner with marks", first: "fence:billing:", second: "fence:", marks: true, nested: true},
 		{name: "outer after a lost inner", first: "fence:billing:", second: "fence:", marks: true, lost: true, nested: true},
+		{name: "outer after a busy inner", first: "fence:billing:", second: "fence:", marks: true, busy: true, nested: true},
 		{name: "siblings", first: "fence:", second: "fence2:"},
 		{name: "a shorter sibling", first: "fence:", second: "fenc:"},
 		{name: "a sibling beside marks", first: "fence:", second: "fenc:", marks: true},
@@ -47,6 +52,13 @@ func TestNestedPrefixes(t *testing.T) {
 				first.Expect(id)
 				for r := range 3 {
 					mustAdmit(t, first, fencestore.Admission{Resource: fmt.Sprintf("orders/%d", r), Token: 1 << 62})
+				}
+			}
+			if tc.busy {
+				d := mustAdmit(t, first, fencestore.Admission{Resource: "orders/9", Token: 1, Flight: time.Minute})
+				t.Cleanup(func() { first.Release(d.Flight) })
+				if _, _, err := first.Reset(ctxT(t), "orders/0", &fencestore.Mark{Token: 1}); err != nil {
+					t.Fatal(err)
 				}
 			}
 			if tc.lost {
