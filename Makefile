@@ -69,7 +69,7 @@ bench-quick: redis-server ## a smoke run of the load harness (~3 min; writes onl
 
 # The Redis-backed tests need redis-server on PATH. On a fresh Debian machine
 # as root this installs it; elsewhere it says what to install.
-etcd: ## the etcd server the etcd store's tests start (built once from the Go module proxy when missing)
+etcd: ## the etcd server and etcdutl that the etcd store's tests start (built once from the Go module proxy when missing)
 	@bash fencestore/etcdstore/etcdtest/install-etcd.sh
 
 redis-server:

@@ -165,6 +165,26 @@ func Supersedes(found, want string) bool {
 	return Forced(found) && found != want && forcedAt(found) >= forcedAt(want)
 }
 
+// IdentityShaped reports whether v has the shape of an identity record
+// (NewIdentity: 32 hex digits, or a forced one) or of a lost record: what a
+// store finds under a key of another deployment's when two deployments'
+// key prefixes nest.
+func IdentityShaped(v string) bool {
+	if IsLostRecord(v) || Forced(v) {
+		return true
+	}
+	if len(v) != 32 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // ErrNotLost is returned by an operator's forced init on a store whose
 // identity record is intact and was never forced: nothing was lost, and
 // forcing a new record would only make every replica refuse the store.

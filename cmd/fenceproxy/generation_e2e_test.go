@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore/etcdtest"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
@@ -98,23 +99,43 @@ func TestRedisRestoredFromOlderRDB(t *testing.T) {
 }
 
 // An operator's reset is authoritative over every replica's remembered
-// marks: two replicas saw 615; after marks reset to 100, token 101 is
-// admitted by both, and 100 is then refused against 101.
+// marks, on each store that replicas share: two replicas saw 615; after
+// marks reset to 100, token 101 is admitted by both (neither raises the
+// mark back to 615), and 100 is then refused against 101; a raise is the
+// operator's word too (a replica remembering 101 admits nothing below the
+// raised mark, and 103 once it is above).
 func TestMarksResetOverRememberedMarks(t *testing.T) {
-	rs := redistest.Start(t)
-	up := newCountingUpstream(t)
-	env := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL()}
-	a, b := startWith(t, env, generationHooks), startWith(t, env, generationHooks)
-	waitStoreOK(t, a)
-	waitStoreOK(t, b)
-	wantPut(t, a, "a", "615", 200, "")
-	wantPut(t, b, "b", "615", 200, "")
-	mustCLI(t, env, "marks", "reset", "--force", "default", "100")
-	wantPut(t, a, "a", "101", 200, "")
-	wantPut(t, b, "b", "101", 200, "")
-	wantPut(t, b, "b", "100", 409, "urn:fenceproxy:stale-token")
-	if m := getMark(t, rs.Client(t), "fence:default"); m != "101" {
-		t.Fatalf("mark %s, want 101 (not raised back to 615)", m)
+	for _, tc := range []struct {
+		name string
+		env  func(t *testing.T) map[string]string
+	}{
+		{"redis", func(t *testing.T) map[string]string {
+			return map[string]string{"FENCE_REDIS_URL": redistest.Start(t).URL()}
+		}},
+		{"etcd", func(t *testing.T) map[string]string {
+			return map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": strings.Join(etcdtest.Start(t).Endpoints(), ",")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := tc.env(t)
+			env["FENCE_UPSTREAM_URL"] = newCountingUpstream(t).URL
+			a, b := startWith(t, env, generationHooks), startWith(t, env, generationHooks)
+			waitStoreOK(t, a)
+			waitStoreOK(t, b)
+			wantPut(t, a, "a", "615", 200, "")
+			wantPut(t, b, "b", "615", 200, "")
+			mustCLI(t, env, "marks", "reset", "--force", "default", "100")
+			wantPut(t, a, "a", "101", 200, "")
+			wantPut(t, b, "b", "101", 200, "")
+			wantPut(t, b, "b", "100", 409, "urn:fenceproxy:stale-token")
+			if out, _ := cli(t, env, "marks", "get", "default"); !strings.HasPrefix(out, "default 101\n") {
+				t.Fatalf("marks get after the reset: %q, want 101 (not raised back to 615)", out)
+			}
+			mustCLI(t, env, "marks", "raise", "default", "102")
+			wantPut(t, a, "a", "102", 200, "")
+			wantPut(t, b, "b", "101", 409, "urn:fenceproxy:stale-token")
+			wantPut(t, b, "b", "103", 200, "")
+		})
 	}
 }
 
@@ -156,28 +177,45 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-// Two deployments whose prefixes nest on one Redis: whichever starts
-// second is refused (503, naming FENCE_KEY_PREFIX), never sharing marks.
+// Two deployments whose prefixes nest on one Redis, or one etcd: whichever
+// starts second is refused (503, naming FENCE_KEY_PREFIX, or finding marks
+// that are not its own without an identity record), never sharing marks.
 func TestNestedPrefixesRefused(t *testing.T) {
-	for _, order := range [][2]string{{"fence:", "fence:billing:"}, {"fence:billing:", "fence:"}} {
-		t.Run(order[0]+" first", func(t *testing.T) {
-			rs := redistest.Start(t)
-			up := newCountingUpstream(t)
-			env := func(prefix string) map[string]string {
-				return map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_REDIS_URL": rs.URL(), "FENCE_KEY_PREFIX": prefix}
-			}
-			first := startWith(t, env(order[0]), generationHooks)
-			waitStoreOK(t, first)
-			wantPut(t, first, "first", "5", 200, "")
-			second := startWith(t, env(order[1]), generationHooks)
-			a := put(t, second.data, "/r", "5")
-			detail, _ := a.problem["detail"].(string)
-			if a.status != 503 || (!strings.Contains(detail, "FENCE_KEY_PREFIX") && !strings.Contains(detail, "marks but no identity record")) {
-				t.Fatalf("second deployment (%s): %+v, want 503 naming the prefix", order[1], a)
-			}
-			if n := up.n.Load(); n != 1 {
-				t.Fatalf("upstream saw %d requests, want 1", n)
-			}
-		})
+	for _, store := range []struct {
+		name string
+		env  func(t *testing.T) map[string]string
+	}{
+		{"redis", func(t *testing.T) map[string]string {
+			return map[string]string{"FENCE_REDIS_URL": redistest.Start(t).URL()}
+		}},
+		{"etcd", func(t *testing.T) map[string]string {
+			return map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": strings.Join(etcdtest.Start(t).Endpoints(), ",")}
+		}},
+	} {
+		for _, order := range [][2]string{{"fence:", "fence:billing:"}, {"fence:billing:", "fence:"}} {
+			t.Run(store.name+"/"+order[0]+" first", func(t *testing.T) {
+				base := store.env(t)
+				up := newCountingUpstream(t)
+				env := func(prefix string) map[string]string {
+					e := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_KEY_PREFIX": prefix}
+					for k, v := range base {
+						e[k] = v
+					}
+					return e
+				}
+				first := startWith(t, env(order[0]), generationHooks)
+				waitStoreOK(t, first)
+				wantPut(t, first, "first", "5", 200, "")
+				second := startWith(t, env(order[1]), generationHooks)
+				a := put(t, second.data, "/r", "5")
+				detail, _ := a.problem["detail"].(string)
+				if a.status != 503 || (!strings.Contains(detail, "FENCE_KEY_PREFIX") && !strings.Contains(detail, "marks but no identity record")) {
+					t.Fatalf("second deployment (%s): %+v, want 503 naming the prefix", order[1], a)
+				}
+				if n := up.n.Load(); n != 1 {
+					t.Fatalf("upstream saw %d requests, want 1", n)
+				}
+			})
+		}
 	}
 }

@@ -206,7 +206,8 @@ func (bs *batchStore) prepared(ctx context.Context, a fencestore.Admission, l *l
 	if a.Flight > 0 {
 		fl = &flightReg{key: flightKey(bs.keys.flightRange(a.Resource), a.Order(), fmt.Sprintf("%s.%016x", bs.replica, bs.ids.Add(1))), lease: l}
 	}
-	return prepare(ctx, newPlan(bs.keys.markKey(a.Resource), a, fl), bs.expectation())
+	want := bs.expectation()
+	return prepare(ctx, newPlan(bs.keys, a, fl, want != ""), want)
 }
 
 // One transaction decides admissions that are admitted, refused, regressed
@@ -285,7 +286,10 @@ func TestBatchOneTransaction(t *testing.T) {
 		if a.Resource == "flying" && d.Flight.Older {
 			t.Errorf("the release before it in its batch: Older set")
 		}
-		d.Flight = fencestore.Flight{}
+		if d.Generation == 0 {
+			t.Errorf("Admit(%+v): no generation (the batch's revision) reported", a)
+		}
+		d.Flight, d.Generation = fencestore.Flight{}, 0
 		if d != want {
 			t.Errorf("Admit(%+v) = %+v, want %+v", a, d, want)
 		}

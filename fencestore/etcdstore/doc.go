@@ -45,6 +45,9 @@
 //     only from KeyPrefix+"\x01" to the end of the prefix, so they see
 //     neither the identity record nor the in-flight records. (No name the
 //     proxy builds from a path or a header begins with NUL.)
+//   - The operator's key: KeyPrefix+"\x00operator", put by every Raise and
+//     Reset that writes (an empty value). Its ModRevision is
+//     the store generation of the operator's last change of marks.
 //
 // # The admission transaction
 //
@@ -110,7 +113,20 @@
 //
 // Raise and Reset, the operator's, read the mark and write it in a
 // transaction that compares ModRevision with the one read (retried on
-// conflict), so they never write over a value they did not see.
+// conflict), so they never write over a value they did not see; the same
+// transaction puts the operator's key.
+//
+// # The store generation
+//
+// The generation of fencestore/generation.go is etcd's revision, which
+// every response carries: once the identity is expected, each Decision
+// reports its batch's revision, and a response below the greatest this
+// process saw is a store gone back in time (a *fencestore.LostError with
+// Rollback). An admission with a floor (a mark the replica remembers)
+// compares the operator's key's ModRevision with the revision the floor
+// was seen at, in its own transaction: a change by an operator since sets
+// the floor aside (Decision.FloorVoid), so that a reset to 100 admits 101
+// on every replica instead of being raised back to the mark it replaced.
 //
 // # The drain barrier
 //
@@ -182,10 +198,12 @@
 // with --unsafe-no-fsync or on disks that lie about fsync, can lose marks.
 // An emptied cluster, or one restored from a snapshot taken before the
 // identity record was written, is caught by the identity check (every
-// admission then fails with a *fencestore.LostError), but a restore from a
-// snapshot that already had the record sets marks back without a trace:
-// only the replicas' mark caches (Admission.Floor) heal the resources they
-// remember. The barrier assumes the replicas' clocks run at about the same
+// admission then fails with a *fencestore.LostError); a restore from a
+// snapshot that already had the record, without --bump-revision, sets the
+// revision back, which a replica that saw a later one refuses (the store
+// generation, above); with --bump-revision (or with every replica
+// restarted) it sets marks back without a trace, and only the replicas'
+// mark caches (Admission.Floor) heal the resources they remember. The barrier assumes the replicas' clocks run at about the same
 // rate (fencestore.AbandonMargin covers a small drift). Each admission that moves a mark, and each flight (its put and
 // its delete), adds revisions to etcd's history: run etcd with
 // auto-compaction (e.g. --auto-compaction-mode=periodic

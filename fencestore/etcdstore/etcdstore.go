@@ -203,7 +203,8 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 
 // admit queues one admission transaction and waits for its batch.
 func (s *Store) admit(ctx context.Context, a fencestore.Admission, fl *flightReg) (fencestore.Decision, error) {
-	q := prepare(ctx, newPlan(s.keys.markKey(a.Resource), a, fl), s.expectation())
+	want := s.expectation()
+	q := prepare(ctx, newPlan(s.keys, a, fl, want != ""), want)
 	// The revision seen before the transaction is sent: etcd commits it
 	// at a later one, whatever other batches answer meanwhile.
 	q.seen = s.gens.Seen(0)

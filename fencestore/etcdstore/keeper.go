@@ -16,6 +16,12 @@ import (
 // with the one read (optimistic compare-and-swap, retried on conflict), so
 // that they never write over a value they did not see: a corrupt value is
 // reported, not overwritten, by Raise.
+//
+// The same transaction puts the operator's key (layout.operator), so that
+// its ModRevision is the revision of the operator's last change of marks:
+// the "op" generation of fencestore/generation.go. An admission carrying a
+// floor seen at a revision below it sets the floor aside (txn.go), so that
+// a reset to 100 is not raised back by a replica that remembers 615.
 
 // DefaultListLimit is the page size of List when its limit is not above
 // zero: a listing is never unbounded.
@@ -291,11 +297,14 @@ func (s *Store) Reset(ctx context.Context, resource string, m *fencestore.Mark) 
 	return old, had, fencestore.Unavailable(fmt.Errorf("etcdstore: reset %q: %w", key, errContended))
 }
 
-// swap runs op if key's ModRevision is still rev (0: still absent).
+// swap runs op if key's ModRevision is still rev (0: still absent), and
+// puts the operator's key in the same transaction (an empty value: only
+// its revision counts, and an empty value sorts below every record of
+// another deployment that Nesting looks for).
 func (s *Store) swap(ctx context.Context, key string, rev int64, op clientv3.Op) (bool, error) {
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(op).Commit()
+		Then(op, clientv3.OpPut(s.keys.operator, "")).Commit()
 	if err != nil {
 		return false, s.fail(ctx, fmt.Sprintf("write %q", key), err)
 	}

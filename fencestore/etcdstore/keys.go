@@ -40,6 +40,9 @@ const zeros19 = "0000000000000000000"
 // inflightPart follows the key prefix in every in-flight key.
 const inflightPart = "\x00inflight/"
 
+// operatorPart follows the key prefix in the operator's key (keeper.go).
+const operatorPart = "\x00operator"
+
 // errReservedName refuses a resource name that no mark may have: the empty
 // name is the identity record's key, and names that begin with a NUL byte
 // are the store's own (the in-flight records).
@@ -56,6 +59,10 @@ type layout struct {
 	identity string
 	// inflight begins every in-flight key.
 	inflight string
+	// operator is put by every Raise and Reset that writes (an empty
+	// value): its ModRevision is the generation of the operator's last
+	// change of marks (keeper.go).
+	operator string
 	// marksFrom and marksEnd bound the marks: every key from the prefix
 	// followed by a byte above NUL to the end of the prefix (end "\x00":
 	// to the end of the keyspace, as etcd reads a range end of NUL).
@@ -67,6 +74,7 @@ func newLayout(prefix string) layout {
 		prefix:    prefix,
 		identity:  prefix,
 		inflight:  prefix + inflightPart,
+		operator:  prefix + operatorPart,
 		marksFrom: prefix + "\x01",
 		marksEnd:  prefixEnd(prefix),
 	}

@@ -8,24 +8,35 @@ import (
 )
 
 // BenchmarkPrepare is the client-side cost of one admission's transaction
-// (the plan, its tree and its encoded size), without etcd.
+// (the plan, its tree and its encoded size), without etcd. "floor" carries
+// a remembered mark; "floor-generation" weighs it against the operator's
+// last change too (the tree built twice under one more comparison), as
+// every admission with a floor does once the identity is expected.
 func BenchmarkPrepare(b *testing.B) {
 	k := newLayout("bench:")
 	ctx := context.Background()
-	for _, flight := range []bool{false, true} {
-		name := "plain"
-		if flight {
-			name = "flight"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, tc := range []struct {
+		name          string
+		flight, floor bool
+		generation    bool
+	}{
+		{name: "plain"},
+		{name: "flight", flight: true},
+		{name: "floor", floor: true},
+		{name: "floor-generation", floor: true, generation: true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
 			a := fencestore.Admission{Resource: "orders/42", Token: 42}
+			if tc.floor {
+				a.Floor, a.HasFloor, a.FloorGeneration = fencestore.Mark{Token: 41}, true, 1000
+			}
 			var fl *flightReg
-			if flight {
+			if tc.flight {
 				fl = &flightReg{key: flightKey(k.flightRange(a.Resource), a.Order(), "0123456789abcdef.0000000000000001"), lease: &lease{id: 7}}
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = prepare(ctx, newPlan(k.markKey(a.Resource), a, fl), "")
+				_ = prepare(ctx, newPlan(k, a, fl, tc.generation), "")
 			}
 		})
 	}

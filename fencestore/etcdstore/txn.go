@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -35,6 +36,22 @@ import (
 //	           else (nothing)               // refused
 //	      read the older flights            // (with a flight) read when admitted
 //	else  get identity                      // *fencestore.LostError
+//
+// An admission with a floor asks whether an operator changed marks since
+// the floor was seen (keeper.go): the operator's key's ModRevision above
+// the floor's generation (Admission.FloorGeneration) sets the floor aside
+// (Decision.FloorVoid). Where the floor admits the token, it decides only
+// the branches of a mark below it and of an absent one, so those ask:
+//
+//	if mark < F
+//	then if operator's ModRevision > floor's generation
+//	     then (the mark's own outcome: N below N)    // FloorVoid
+//	     else put what Decide against F gives
+//
+// (and the same for an absent mark: N, or the floor's outcome). A mark at
+// or above the floor is decided the same with or without it, and reports
+// no FloorVoid. Where the floor refuses the token, the whole tree is built
+// twice, without and with the floor, under that comparison.
 //
 // N is the admission's own mark stored (the token, and ':' and the
 // sequence when it has one). B, the bound, is N: a value below it is a
@@ -82,13 +99,25 @@ type leaf struct {
 	admitted bool
 	write    string // the value put, "" none
 	flight   bool   // the branch put the in-flight key
+	void     bool   // the branch set the floor aside (an operator's change)
 }
+
+// maxPath bounds the length of a path to a leaf: two levels of the
+// decision, one of the moves under it, and the operator's level above.
+const maxPath = 5
 
 // plan is an admission's tree, with its outcomes by path.
 type plan struct {
-	a      fencestore.Admission
-	key    string
-	mk     []byte // key, as etcd's messages carry it
+	a   fencestore.Admission
+	key string
+	mk  []byte // key, as etcd's messages carry it
+	ok  []byte // the operator's key (layout.operator); nil: no generation
+	// sinceCmp is the operator's comparison (since), made once.
+	sinceCmp *pb.Compare
+	// base begins the path of every leaf armed; void marks them as set
+	// aside (the branches built under the operator's comparison).
+	base   string
+	void   bool
 	fl     *flightReg
 	fk     []byte // fl.key, as etcd's messages carry it (and, its prefixes, the older range)
 	leaves map[string]leaf
@@ -97,8 +126,16 @@ type plan struct {
 	flightPut *pb.RequestOp
 }
 
-func newPlan(key string, a fencestore.Admission, fl *flightReg) *plan {
+// newPlan returns the plan of a in layout l. generation keeps the store
+// generation (once the identity is expected, as Redis does): the floor is
+// weighed against the operator's last change, and the Decision reports the
+// revision.
+func newPlan(l layout, a fencestore.Admission, fl *flightReg, generation bool) *plan {
+	key := l.markKey(a.Resource)
 	p := &plan{a: a, key: key, mk: []byte(key), fl: fl, leaves: make(map[string]leaf, 6)}
+	if generation {
+		p.ok = []byte(l.operator)
+	}
 	if fl != nil {
 		p.fk = []byte(fl.key)
 		p.flightPut = putOp(p.fk, boundValue(a.Flight), int64(fl.lease.id))
@@ -122,7 +159,8 @@ func (p *plan) request() *pb.RequestOp {
 // writes one.
 func (p *plan) arm(path string, l leaf) []*pb.RequestOp {
 	l.flight = p.fl != nil && l.admitted
-	p.leaves[path] = l
+	l.void = p.void
+	p.leaves[p.base+path] = l
 	if l.write == "" {
 		return nil
 	}
@@ -138,8 +176,59 @@ func (p *plan) withFlight(ops []*pb.RequestOp) []*pb.RequestOp {
 	return append([]*pb.RequestOp{p.flightPut}, ops...)
 }
 
-// tree returns the decision (the txn below "get mark").
+// tree returns the decision (the txn below "get mark"). With a floor and
+// the generation, the operator's comparison sits only where the floor
+// decides: a floor that admits the token (the common case) changes the
+// outcome only for a mark below it or absent, and those two branches ask
+// (unlessOperator); a floor that refuses the token decides every branch,
+// so the whole tree is built twice under the comparison.
 func (p *plan) tree() *pb.RequestOp {
+	if !p.a.HasFloor || p.ok == nil || p.floorAdmits() {
+		return p.decision()
+	}
+	withFloor := p.a
+	p.a.HasFloor, p.base, p.void = false, "1", true
+	void := p.decision()
+	p.a, p.base, p.void = withFloor, "0", false
+	kept := p.decision()
+	p.base = ""
+	return txnOp([]*pb.Compare{p.since()}, []*pb.RequestOp{void}, []*pb.RequestOp{kept})
+}
+
+// floorAdmits reports whether the token passes p.a's floor.
+func (p *plan) floorAdmits() bool {
+	noFloor := p.a
+	noFloor.HasFloor = false
+	d, _, _ := noFloor.Decide(p.a.Floor, true)
+	return d.Admitted
+}
+
+// since holds when an operator changed marks after the floor was seen.
+// One comparison serves every place that asks (a message may be shared).
+func (p *plan) since() *pb.Compare {
+	if p.sinceCmp == nil {
+		p.sinceCmp = &pb.Compare{Key: p.ok, Target: pb.Compare_MOD, Result: pb.Compare_GREATER,
+			TargetUnion: &pb.Compare_ModRevision{ModRevision: int64(min(p.a.FloorGeneration, math.MaxInt64))}}
+	}
+	return p.sinceCmp
+}
+
+// unlessOperator returns the ops at path of a branch that the floor
+// decides: void's, whose leaves set the floor aside, when an operator
+// changed marks since the floor was seen, else kept's; kept's alone
+// without the generation.
+func (p *plan) unlessOperator(path string, kept, void func(path string) []*pb.RequestOp) []*pb.RequestOp {
+	if p.ok == nil {
+		return kept(path)
+	}
+	p.void = true
+	v := void(path + "1")
+	p.void = false
+	return []*pb.RequestOp{txnOp([]*pb.Compare{p.since()}, v, kept(path+"0"))}
+}
+
+// decision is the tree of p.a, its floor included when it has one.
+func (p *plan) decision() *pb.RequestOp {
 	a := p.a
 	n := value(a.Order())
 	if !a.HasFloor {
@@ -173,16 +262,24 @@ func (p *plan) admits(n string, absent leaf, regressed *leaf) *pb.RequestOp {
 	if !p.a.HasSequence && p.a.Compare == fencestore.AtLeast {
 		bound = n[:padWidth] + ";"
 	}
-	var writes []*pb.RequestOp
+	var writes, absentOps []*pb.RequestOp
 	if regressed != nil {
+		// Below the floor, or absent: the floor's outcome, unless an
+		// operator changed marks since it was seen (then the mark's own).
+		below := p.unlessOperator("11",
+			func(path string) []*pb.RequestOp { return p.arm(path, *regressed) },
+			func(path string) []*pb.RequestOp { return p.moves(path, n, bound) })
 		writes = []*pb.RequestOp{txnOp([]*pb.Compare{valueCmp(p.mk, pb.Compare_LESS, value(p.a.Floor))},
-			p.arm("11", *regressed), p.moves("10", n, bound))}
+			below, p.moves("10", n, bound))}
+		absentOps = p.unlessOperator("01",
+			func(path string) []*pb.RequestOp { return p.arm(path, absent) },
+			func(path string) []*pb.RequestOp { return p.arm(path, leaf{admitted: true, write: n}) })
 	} else {
-		writes = p.moves("1", n, bound)
+		writes, absentOps = p.moves("1", n, bound), p.arm("01", absent)
 	}
 	return txnOp([]*pb.Compare{valueCmp(p.mk, pb.Compare_LESS, bound), p.wellFormed()},
 		p.withFlight(writes),
-		[]*pb.RequestOp{txnOp([]*pb.Compare{p.absent()}, p.withFlight(p.arm("01", absent)), p.arm("00", leaf{}))})
+		[]*pb.RequestOp{txnOp([]*pb.Compare{p.absent()}, p.withFlight(absentOps), p.arm("00", leaf{}))})
 }
 
 // moves returns the ops at path, under a mark that admits the token: a
@@ -271,12 +368,18 @@ func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, e
 		}
 		// The txn that goes on is its branch's last op.
 		last := len(tr.Responses) - 1
-		if last < 0 || tr.Responses[last].GetResponseTxn() == nil || len(path) >= 4 {
+		if last < 0 || tr.Responses[last].GetResponseTxn() == nil || len(path) >= maxPath {
 			return fail(errShape)
 		}
 		tr = tr.Responses[last].GetResponseTxn()
 	}
-	d, next, write := p.a.Decide(m, has)
+	a := p.a
+	a.HasFloor = a.HasFloor && !l.void
+	d, next, write := a.Decide(m, has)
+	d.FloorVoid = l.void
+	if p.ok != nil {
+		d.Generation = uint64(rev)
+	}
 	if l.admitted != d.Admitted || (l.write != "") != write || (write && l.write != value(next)) {
 		// Only a value that byte order misjudges gets here, and parseValue
 		// refused every such value above; this is a net under both.

@@ -224,15 +224,15 @@ var ErrNestedPrefix = errors.New("the key prefix nests inside another deployment
 // deployment on the same Redis (`fence:billing:` inside `fence:`): its keys
 // would be marks of the other (`billing:...`), and its identity record one
 // of them. It reads the identity record each shorter prefix would have (a
-// value shaped as one: 32 hex digits, a forced or a lost record), in one
-// pipeline. A Cluster whose prefix has no hash tag keeps its records
-// elsewhere, and a Ring on every shard: neither is checked; nor with a user of
-// its own (an ACL that grants the prefix's keys only).
+// value shaped as one: 32 hex digits, a forced or a lost record): on one
+// server, in one pipeline; on a Ring, on every shard (each keeps a copy of
+// the record); on a Cluster, one GET per shorter prefix of its record in
+// either form (the prefix itself, and the copy a prefix without a hash tag
+// keeps in the slot of its first tag), which go-redis routes to the slot's
+// master. Not with a user of its own (an ACL that grants the prefix's keys
+// only).
 func (s *Store) Nesting(ctx context.Context) error {
-	if s.records != nil || s.recordsErr != nil || len(s.prefix) < 2 {
-		return nil
-	}
-	if _, ring := s.client.(*redis.Ring); ring {
+	if s.recordsErr != nil || len(s.prefix) < 2 {
 		return nil
 	}
 	if s.aclUser() {
@@ -241,25 +241,15 @@ func (s *Store) Nesting(ctx context.Context) error {
 		// a denial.
 		return nil
 	}
-	var keys []string
+	var keys, owners []string
 	for i := 1; i < len(s.prefix); i++ {
-		keys = append(keys, s.prefix[:i])
-	}
-	vals, err := s.client.MGet(ctx, keys...).Result()
-	if err != nil && s.isClusterClient() {
-		// Keys of several slots: one GET each.
-		vals, err = nil, nil
-		for _, k := range keys {
-			v, gerr := s.client.Get(ctx, k).Result()
-			if gerr != nil && redis.HasErrorPrefix(gerr, "NOPERM") {
-				return nil
-			}
-			if gerr != nil && !errors.Is(gerr, redis.Nil) && !redis.HasErrorPrefix(gerr, "WRONGTYPE") {
-				return fencestore.Unavailable(fmt.Errorf("redisstore: nesting: %w", gerr))
-			}
-			vals = append(vals, v)
+		p := s.prefix[:i]
+		keys, owners = append(keys, p), append(owners, p)
+		if s.isClusterClient() && !strings.Contains(p, "}") {
+			keys, owners = append(keys, clusterRecord(p)), append(owners, p)
 		}
 	}
+	vals, err := s.nestingReads(ctx, keys)
 	if err != nil && redis.HasErrorPrefix(err, "NOPERM") {
 		// An ACL that grants the prefix's keys only: the shorter
 		// prefixes cannot be read, and are not checked.
@@ -269,12 +259,68 @@ func (s *Store) Nesting(ctx context.Context) error {
 		return fencestore.Unavailable(fmt.Errorf("redisstore: nesting: %w", err))
 	}
 	for i, v := range vals {
-		if text, ok := v.(string); ok && identityShaped(text) {
+		if fencestore.IdentityShaped(v) {
 			return fmt.Errorf("%w: %q holds the identity record of a deployment with prefix %q; "+
-				"use a prefix that no other deployment's is a beginning of", ErrNestedPrefix, s.prefix, keys[i])
+				"use a prefix that no other deployment's is a beginning of", ErrNestedPrefix, s.prefix, owners[i])
 		}
 	}
 	return nil
+}
+
+// clusterRecord is the identity record a deployment with prefix p (no
+// hash tag) keeps on a Cluster in the slot of its first tag: every slot
+// holds a copy, so one is enough to find it.
+func clusterRecord(p string) string {
+	t := tagAlphabet[:1]
+	return "{" + p + t + t + t + recordSuffix
+}
+
+// nestingReads reads keys as strings ("" for a missing key or one of
+// another type): one MGET on a server, on every shard of a Ring, one GET
+// each on a Cluster (the keys are in many slots).
+func (s *Store) nestingReads(ctx context.Context, keys []string) ([]string, error) {
+	out := make([]string, len(keys))
+	mget := func(c redis.Cmdable) error {
+		vals, err := c.MGet(ctx, keys...).Result()
+		if err != nil {
+			return err
+		}
+		for i, v := range vals {
+			if text, ok := v.(string); ok && fencestore.IdentityShaped(text) {
+				out[i] = text
+			}
+		}
+		return nil
+	}
+	switch c := s.client.(type) {
+	case *redis.Ring:
+		nodes, err := s.nodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			if err := mget(n.c); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case *redis.ClusterClient:
+		for i, k := range keys {
+			v, err := c.Get(ctx, k).Result()
+			switch {
+			case errors.Is(err, redis.Nil), err != nil && redis.HasErrorPrefix(err, "WRONGTYPE"):
+			case err != nil:
+				return nil, err
+			default:
+				out[i] = v
+			}
+		}
+		return out, nil
+	}
+	if err := mget(s.client); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // aclUser reports whether the client logs in as a user of its own (not
@@ -293,23 +339,4 @@ func (s *Store) aclUser() bool {
 func (s *Store) isClusterClient() bool {
 	_, ok := s.client.(*redis.ClusterClient)
 	return ok
-}
-
-// identityShaped reports whether v looks like an identity record rather
-// than a mark: a lost or forced record, or 32 hex digits (more digits than
-// any mark has).
-func identityShaped(v string) bool {
-	if fencestore.IsLostRecord(v) || fencestore.Forced(v) {
-		return true
-	}
-	if len(v) != 32 {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -784,38 +784,64 @@ func TestGeneration(t *testing.T) {
 	}
 }
 
-// Two deployments whose prefixes nest share one Redis: the inner one is
+// Two deployments whose prefixes nest share one Redis, a Ring or a
+// Cluster (whose records are per slot, or per shard): the inner one is
 // refused (Nesting), whichever order they write their records in; one
 // whose prefix merely shares a beginning with another's is not.
 func TestNestedPrefixes(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := opCtx(t)
-	open := func(prefix string) *redisstore.Store {
-		s := redisstore.New(redis.NewClient(srv.Options()), redisstore.Options{KeyPrefix: prefix})
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	outer := open("fence:")
-	if err := outer.Nesting(ctx); err != nil {
-		t.Fatalf("outer before anything: %v", err)
-	}
-	if _, err := outer.Init(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		prefix string
-		nested bool
-	}{{"fence:billing:", true}, {"fence:b", true}, {"fence2:", false}, {"fenc:", false}} {
-		err := open(tc.prefix).Nesting(ctx)
-		if got := errors.Is(err, redisstore.ErrNestedPrefix); got != tc.nested {
-			t.Errorf("prefix %q beside fence: = %v, want nested %t", tc.prefix, err, tc.nested)
-		}
-	}
-	// A lost record is an identity record too.
-	if _, err := outer.MarkLost(ctx, "x"); err != nil {
-		t.Fatal(err)
-	}
-	if err := open("fence:billing:").Nesting(ctx); !errors.Is(err, redisstore.ErrNestedPrefix) {
-		t.Errorf("beside a lost record: %v", err)
+	for _, topo := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"single", func(t *testing.T) redis.UniversalClient { return redis.NewClient(redistest.Start(t).Options()) }},
+		{"ring", func(t *testing.T) redis.UniversalClient {
+			s1, s2 := redistest.Start(t), redistest.Start(t)
+			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s1": s1.Addr(), "s2": s2.Addr()}, MaxRetries: -1})
+		}},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t, 3).Client(t) }},
+	} {
+		t.Run(topo.name, func(t *testing.T) {
+			c := topo.client(t)
+			t.Cleanup(func() { _ = c.Close() })
+			ctx := opCtx(t)
+			open := func(prefix string) *redisstore.Store {
+				// Each store its own client: Close closes it.
+				var cl redis.UniversalClient
+				switch x := c.(type) {
+				case *redis.Client:
+					cl = redis.NewClient(x.Options())
+				case *redis.Ring:
+					cl = redis.NewRing(x.Options())
+				case *redis.ClusterClient:
+					cl = redis.NewClusterClient(x.Options())
+				}
+				s := redisstore.New(cl, redisstore.Options{KeyPrefix: prefix})
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			}
+			outer := open("fence:")
+			if err := outer.Nesting(ctx); err != nil {
+				t.Fatalf("outer before anything: %v", err)
+			}
+			if _, err := outer.Init(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				prefix string
+				nested bool
+			}{{"fence:billing:", true}, {"fence:b", true}, {"fence:{b}:", true}, {"fence2:", false}, {"fenc:", false}} {
+				err := open(tc.prefix).Nesting(ctx)
+				if got := errors.Is(err, redisstore.ErrNestedPrefix); got != tc.nested {
+					t.Errorf("prefix %q beside fence: = %v, want nested %t", tc.prefix, err, tc.nested)
+				}
+			}
+			// A lost record is an identity record too.
+			if _, err := outer.MarkLost(ctx, "x"); err != nil {
+				t.Fatal(err)
+			}
+			if err := open("fence:billing:").Nesting(ctx); !errors.Is(err, redisstore.ErrNestedPrefix) {
+				t.Errorf("beside a lost record: %v", err)
+			}
+		})
 	}
 }

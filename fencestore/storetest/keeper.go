@@ -150,6 +150,19 @@ func RunGeneration(t *testing.T, open func(t *testing.T) KeeperStore, restore fu
 	if err != nil || !d.Admitted || !d.FloorVoid || d.Regressed || d.Mark != 3 {
 		t.Fatalf("token 3 after a reset to 2, with a floor of 6 seen before it = %+v, %v; want admitted, the floor set aside", d, err)
 	}
+	// A token that passes a floor seen before an operator's change, over
+	// a mark the operator put below that floor: admitted on the store's
+	// own mark, and no regression reported (nothing was lost).
+	// (The floor's generation is the one of its own resource's part of
+	// the store: a Redis Cluster keeps one per slot.)
+	seen := admit(t, s, "gen/5", 6, fencestore.AtLeast).Generation
+	if _, _, err := s.Reset(ctx, "gen/5", &fencestore.Mark{Token: 2}); err != nil {
+		t.Fatal(err)
+	}
+	d, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "gen/5", Token: 7, Floor: fencestore.Mark{Token: 6}, HasFloor: true, FloorGeneration: seen})
+	if err != nil || !d.Admitted || !d.FloorVoid || d.Regressed || d.Mark != 7 {
+		t.Fatalf("token 7 after a reset to 2, with a floor of 6 seen before it = %+v, %v; want admitted, the floor set aside, no regression", d, err)
+	}
 	// A floor seen after the reset still heals.
 	if _, _, err := s.Reset(ctx, "gen/2", nil); err != nil {
 		t.Fatal(err)

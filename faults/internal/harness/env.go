@@ -63,6 +63,7 @@ const (
 	sentinelNoWait                 // the same, MIN_REPLICAS=0, replication through a lagging link
 	sentinelTwo                    // master + 2 replicas + 3 sentinels, MIN_REPLICAS=1 (failover-barrier)
 	etcdCluster                    // three etcd members (etcdtest), FENCE_STORE=etcd
+	boltFiles                      // each replica on a bolt file of its own (the default store)
 )
 
 // scenario is one fault (or load) pattern.
@@ -113,6 +114,8 @@ type scenario struct {
 	cold bool
 	// loadCfg, when set, adjusts the load's configuration.
 	loadCfg func(e *env, c *loadConfig)
+	// replicas is how many fenceproxy replicas setup starts (0: two).
+	replicas int
 }
 
 // window is an interval in which a fault was active; replica is the proxy
@@ -189,6 +192,8 @@ type env struct {
 	// wentBack is when a restore scenario's store went back (the kill
 	// before the restore or the promotion).
 	wentBack int64
+	// bolt are bolt-restore's variants (boltrestore.go).
+	bolt []*boltVariant
 }
 
 type checkpoint struct {
@@ -328,7 +333,11 @@ func (e *env) setup() error {
 			e.ec = nil
 		}
 	}
-	for i := range 2 {
+	n := 2
+	if e.sc.replicas > 0 {
+		n = e.sc.replicas
+	}
+	for i := range n {
 		r, err := e.h.startProxy(i, e.up.URL(), proxyEnv, true)
 		if err != nil {
 			return err

@@ -53,6 +53,10 @@ func scenarios(p params) []*scenario {
 		{name: "redis-restore", topo: single, inject: restoreScenario(redisRestore), expect: expectRestore, fields: restoreFields},
 		{name: "lagging-failover", topo: sentinelNoWait, cold: true, inject: restoreScenario(laggingFailover), expect: expectRestore, fields: restoreFields},
 		{name: "etcd-restore", topo: etcdCluster, inject: restoreScenario(etcdRestore), expect: expectRestore, fields: restoreFields},
+		// A bolt file copied back from a backup, under the one process that
+		// uses it; with its generation file too, the documented limit.
+		{name: "bolt-restore", topo: boltFiles, replicas: 1, noLoad: true, inject: boltRestore, expect: expectBoltRestore,
+			fields: boltRestoreFields, measures: boltRestoreMeasures},
 	}
 }
 

@@ -89,6 +89,43 @@ func Bin(t testing.TB) string {
 	return bin
 }
 
+// ErrUtlNotFound is FindUtl's error when there is no etcdutl binary.
+var ErrUtlNotFound = errors.New("etcdutl not found: bash fencestore/etcdstore/etcdtest/install-etcd.sh installs it beside etcd " +
+	"(or set FENCE_ETCDUTL_BIN; FENCE_SKIP_ETCD=1 skips the etcd tests)")
+
+// FindUtl returns the etcdutl binary (etcd's offline tool: snapshot
+// restore): $FENCE_ETCDUTL_BIN, else etcdutl beside the etcd binary, else
+// on PATH, else ErrUtlNotFound.
+func FindUtl() (string, error) {
+	if bin := os.Getenv("FENCE_ETCDUTL_BIN"); bin != "" {
+		return bin, nil
+	}
+	if etcd, err := FindBin(); err == nil {
+		beside := filepath.Join(filepath.Dir(etcd), "etcdutl")
+		if _, err := os.Stat(beside); err == nil {
+			return beside, nil
+		}
+	}
+	bin, err := exec.LookPath("etcdutl")
+	if err != nil {
+		return "", ErrUtlNotFound
+	}
+	return bin, nil
+}
+
+// Utl returns the etcdutl binary, or ends the test as Bin does.
+func Utl(t testing.TB) string {
+	t.Helper()
+	bin, err := FindUtl()
+	if err != nil {
+		if MaySkip() {
+			t.Skip("etcdutl not found (FENCE_SKIP_ETCD is set): bash fencestore/etcdstore/etcdtest/install-etcd.sh installs it")
+		}
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // Member is one etcd process of a Cluster.
 type Member struct {
 	Name       string
