@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,11 +36,25 @@ import (
 // they ride. Nobody waits for a release; one the store does not acknowledge
 // goes back to the pending set, due again after its backoff, until it is
 // acknowledged or moot (release.go).
+//
+// On a single server the releases ride the first admission run of the
+// pipeline (admit.lua runs them ahead of its admissions): one script run
+// per pipeline, not one for the releases and one for the admissions. A
+// release that finds no admission queued lingers (Options.ReleaseLinger,
+// DefaultReleaseLinger) for one to ride, and goes alone when none comes:
+// under load the next admission comes within microseconds, and the
+// release costs Redis no script run of its own. The linger only delays
+// the wake-up of a waiter on another replica; a release that a Drain of
+// this process waits for, one given up as abandoned, and one sent again
+// after a failure do not linger.
 
-// DefaultMaxBatch and DefaultPipelines are the batching defaults.
+// DefaultMaxBatch and DefaultPipelines are the batching defaults;
+// DefaultReleaseLinger is how long a release with no admission to ride
+// waits for one.
 const (
-	DefaultMaxBatch  = 128
-	DefaultPipelines = 2
+	DefaultMaxBatch      = 128
+	DefaultPipelines     = 2
+	DefaultReleaseLinger = 500 * time.Microsecond
 )
 
 // errClosed is returned by an admission on a closed store.
@@ -66,6 +82,12 @@ type batcher struct {
 	queue    chan *admission
 	pend     *pendingReleases
 	kick     chan struct{} // a release was added to pend
+	// urgent is set with a kick for a release somebody waits for (or may
+	// wait for, late): the worker it wakes sends it without lingering.
+	urgent atomic.Bool
+	// linger is how long a worker woken by a release alone waits for an
+	// admission to carry it (0: not at all).
+	linger   time.Duration
 	channel  string        // release.lua's channel
 	log      *zap.Logger
 	maxBatch int
@@ -139,10 +161,20 @@ func (b *batcher) admit(ctx context.Context, c call) (any, error) {
 	}
 }
 
-// released wakes a worker for a release just added to the pending set.
-// One added while the store closes may be left there; its entry then stays
-// until its deadline.
+// released wakes a worker for a release just added to the pending set,
+// which it sends with the next admission or after its linger. One added
+// while the store closes may be left there; its entry then stays until its
+// deadline.
 func (b *batcher) released() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// releasedNow wakes a worker for a release that must not linger.
+func (b *batcher) releasedNow() {
+	b.urgent.Store(true)
 	select {
 	case b.kick <- struct{}{}:
 	default:
@@ -161,12 +193,20 @@ func (b *batcher) run() {
 	var rels []release
 	var fkeys map[string]bool
 	cmds := make([]*redis.Cmd, 0, b.maxBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		batch = batch[:0]
 		select {
 		case a := <-b.queue:
 			batch = append(batch, a)
 		case <-b.kick:
+			if a, stop := b.lingerFor(linger); stop {
+				b.drain()
+				return
+			} else if a != nil {
+				batch = append(batch, a)
+			}
 		case <-b.stop:
 			b.drain()
 			return
@@ -196,6 +236,32 @@ func (b *batcher) run() {
 		var errs []error
 		cmds, errs = b.exec(batch, rels, cmds[:0])
 		b.settle(rels[:own], errs)
+	}
+}
+
+// lingerFor waits, after a kick for releases alone, up to b.linger for an
+// admission for them to ride, using timer: it returns the admission (nil
+// when none came, or an urgent release cut the wait short), or stop when
+// the batcher stops.
+func (b *batcher) lingerFor(timer *time.Timer) (*admission, bool) {
+	if b.linger <= 0 || b.urgent.Swap(false) {
+		return nil, false
+	}
+	timer.Reset(b.linger)
+	defer timer.Stop()
+	for {
+		select {
+		case a := <-b.queue:
+			return a, false
+		case <-timer.C:
+			return nil, false
+		case <-b.kick:
+			if b.urgent.Swap(false) {
+				return nil, false
+			}
+		case <-b.stop:
+			return nil, true
+		}
 	}
 }
 
@@ -475,27 +541,16 @@ func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []relea
 	wg.Wait()
 }
 
-// execOne releases rels with one run of release.lua and admits live with
-// one run of admit.lua over all their keys, in queue order, in one
-// pipeline; admit.lua's reply holds a {flag, mark, member, older, olders,
-// regressed, generation} group per admission. Admissions that expect another identity
-// than the one before them (an Expect between the two) start a run of
-// their own, in the same pipeline: one run checks one identity.
+// execOne admits live with one run of admit.lua over all their keys, in
+// queue order, and releases rels in the same run, ahead of them (one script
+// run, not two: the releases ride it); admit.lua's reply holds a {flag,
+// mark, member, older, olders, regressed, generation} group per admission.
+// Admissions that expect another identity than the one before them (an
+// Expect between the two) start a run of their own, in the same pipeline:
+// one run checks one identity. Releases with no admission to ride go in one
+// run of release.lua.
 func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release, errs []error) {
 	pipe := b.client.Pipeline()
-	var relKeys []string
-	var relArgs []any
-	var release *redis.Cmd
-	if len(rels) > 0 {
-		relKeys = make([]string, len(rels))
-		relArgs = make([]any, 0, len(rels)+1)
-		for i, r := range rels {
-			relKeys[i] = r.key
-			relArgs = append(relArgs, r.member)
-		}
-		relArgs = append(relArgs, b.channel)
-		release = releaseScript.EvalSha(ctx, pipe, relKeys, relArgs...)
-	}
 	type run struct {
 		live []*admission
 		keys []string
@@ -510,24 +565,37 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 		}
 		r := &run{live: live[i:j]}
 		r.keys, r.args = script(r.live, false)
-		r.cmd = admitScript.EvalSha(ctx, pipe, r.keys, r.args...)
+		if i == 0 && len(rels) > 0 {
+			r.keys, r.args = withReleases(rels, b.channel, r.keys, r.args)
+		}
 		runs = append(runs, r)
 		i = j
+	}
+	var relKeys []string
+	var relArgs []any
+	var release *redis.Cmd
+	if len(runs) == 0 && len(rels) > 0 {
+		relKeys = make([]string, len(rels))
+		relArgs = make([]any, 0, len(rels)+1)
+		for i, r := range rels {
+			relKeys[i] = r.key
+			relArgs = append(relArgs, r.member)
+		}
+		relArgs = append(relArgs, b.channel)
+		release = releaseScript.EvalSha(ctx, pipe, relKeys, relArgs...)
+	}
+	for _, r := range runs {
+		r.cmd = admitScript.EvalSha(ctx, pipe, r.keys, r.args...)
 	}
 	_, _ = pipe.Exec(ctx) // each command keeps its own error
 
 	// NOSCRIPT: the script did not run, so running it again with EVAL is
-	// safe, and caches it. A release that so runs after the admissions is
-	// looked for again (recheck).
+	// safe, and caches it. The runs keep their order, the releases riding
+	// the first one included.
 	var retry redis.Pipeliner
-	var late map[string]bool
 	if release != nil && isNoScript(release.Err()) {
 		retry = b.client.Pipeline()
 		release = releaseScript.Eval(ctx, retry, relKeys, relArgs...)
-		late = make(map[string]bool, len(relKeys))
-		for _, k := range relKeys {
-			late[k] = true
-		}
 	}
 	for _, r := range runs {
 		if isNoScript(r.cmd.Err()) {
@@ -539,6 +607,23 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
+	}
+	if len(runs) > 0 && len(rels) > 0 {
+		release = runs[0].cmd
+		if refused(release.Err()) {
+			// Redis refused the admissions' run before it ran (above
+			// maxmemory, which admissions are not allowed past, say): the
+			// releases, which free memory, go on their own at once rather
+			// than wait for an admission that fares no better.
+			relKeys = make([]string, len(rels))
+			relArgs = make([]any, 0, len(rels)+1)
+			for i, r := range rels {
+				relKeys[i] = r.key
+				relArgs = append(relArgs, r.member)
+			}
+			relArgs = append(relArgs, b.channel)
+			release = releaseScript.Run(ctx, b.client, relKeys, relArgs...)
+		}
 	}
 	if release != nil {
 		// One run for them all: they fare alike.
@@ -561,5 +646,26 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 			}
 		}
 	}
-	recheck(ctx, b.client, live, late)
+}
+
+// withReleases returns the keys and arguments of a run of admit.lua that
+// releases rels (announcing on channel) ahead of the admissions of keys and
+// args.
+func withReleases(rels []release, channel string, keys []string, args []any) ([]string, []any) {
+	k := make([]string, 0, len(rels)+len(keys))
+	a := make([]any, 0, 3+len(rels)+len(args))
+	a = append(a, "r", strconv.Itoa(len(rels)), channel)
+	for _, r := range rels {
+		k = append(k, r.key)
+		a = append(a, r.member)
+	}
+	return append(k, keys...), append(a, args...)
+}
+
+// refused reports whether err is Redis's refusal of a script before it ran
+// (an error reply: out of memory, a replica's READONLY, an ACL), not a
+// failure of the connection, after which it may have run.
+func refused(err error) bool {
+	var rerr redis.Error
+	return err != nil && errors.As(err, &rerr) && !isNoScript(err) && !errors.Is(err, redis.Nil)
 }

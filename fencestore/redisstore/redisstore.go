@@ -47,6 +47,10 @@ type Options struct {
 	// Pipelines is how many batches may be in flight at once. Zero means
 	// DefaultPipelines.
 	Pipelines int
+	// ReleaseLinger is how long a release of the drain barrier waits for
+	// an admission to ride when none is queued (batch.go). Zero means
+	// DefaultReleaseLinger; a negative value sends it at once.
+	ReleaseLinger time.Duration
 	// DrainPoll is how often a Drain that no announcement woke looks at
 	// the entries it waits for (drain.go). Zero means DefaultDrainPoll.
 	DrainPoll time.Duration
@@ -171,7 +175,12 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		s.pend.max = max(maxPendingReleases, 4*maxBatch*pipelines)
 		s.batch = newBatcher(client, maxBatch, pipelines, s.pend, s.channel, s.log)
 		s.batch.observe = opts.OnRoundTrip
-		s.pend.retry = s.batch.released
+		s.batch.linger = opts.ReleaseLinger
+		if s.batch.linger == 0 {
+			s.batch.linger = DefaultReleaseLinger
+		}
+		// A release sent again is late already: it does not linger.
+		s.pend.retry = s.batch.releasedNow
 	}
 	s.onRoundTrip = opts.OnRoundTrip
 	return s
@@ -299,7 +308,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
-	d, olders, err := parseReply(reply, a, fkey, c.id[1])
+	d, snap, err := parseReply(reply, a, fkey, c.id[1])
 	if lost, ok := err.(*fencestore.LostError); ok {
 		// The script wrote nothing, and entered nothing in flight.
 		if lost.Rollback {
@@ -315,7 +324,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		s.gens.See(c.part, d.Generation)
 	}
 	if d.Flight.Registered() {
-		s.flights.put(d.Flight.Ref, &flight{key: fkey, moot: moot, olders: olders, admitted: time.Now(), epoch: epoch})
+		s.flights.put(d.Flight.Ref, &flight{key: fkey, moot: moot, olders: snap.olders, more: snap.more, admitted: time.Now(), epoch: epoch})
 	}
 	if wait == nil {
 		return d, nil
@@ -540,52 +549,53 @@ var (
 // a.Decide refuses; and with a floor no mark below it. An admission with a
 // barrier must report an entry of its own order and bound, and entries of
 // earlier orders as its snapshot (returned beside the decision), and
-// anything else none.
+// anything else none; older 2 says the snapshot lists the oldest of more
+// (snapshotCap).
 // A run that found another identity than want gives a *fencestore.LostError.
-func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestore.Decision, []older, error) {
+func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestore.Decision, snapshot, error) {
 	r, ok := reply.([]any)
 	if !ok || len(r) != replyLen {
-		return fencestore.Decision{}, nil, fmt.Errorf("unexpected reply %#v", reply)
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("unexpected reply %#v", reply)
 	}
 	flag, ok := r[0].(int64)
 	if ok && flag == -1 {
 		msg, _ := r[1].(string)
-		return fencestore.Decision{}, nil, errors.New(msg)
+		return fencestore.Decision{}, snapshot{}, errors.New(msg)
 	}
 	if ok && flag == -2 {
 		found, ok := r[1].(string)
 		if !ok || want == "" || found == want {
-			return fencestore.Decision{}, nil, fmt.Errorf("unexpected identity reply %#v (expecting %q)", r[1], want)
+			return fencestore.Decision{}, snapshot{}, fmt.Errorf("unexpected identity reply %#v (expecting %q)", r[1], want)
 		}
-		return fencestore.Decision{}, nil, &fencestore.LostError{Want: want, Found: found}
+		return fencestore.Decision{}, snapshot{}, &fencestore.LostError{Want: want, Found: found}
 	}
 	if ok && flag == -3 {
 		text, _ := r[1].(string)
 		got, f := fencestore.ParseDecimal(text)
 		if want == "" || f != fencestore.DecimalOK {
-			return fencestore.Decision{}, nil, fmt.Errorf("unexpected generation reply %#v", r[1])
+			return fencestore.Decision{}, snapshot{}, fmt.Errorf("unexpected generation reply %#v", r[1])
 		}
-		return fencestore.Decision{}, nil, &fencestore.LostError{Want: want, Found: want, Rollback: true, Got: got}
+		return fencestore.Decision{}, snapshot{}, &fencestore.LostError{Want: want, Found: want, Rollback: true, Got: got}
 	}
 	genText, _ := r[6].(string)
 	gen, f := fencestore.ParseDecimal(genText)
 	if f != fencestore.DecimalOK {
-		return fencestore.Decision{}, nil, fmt.Errorf("unexpected generation %#v", r[6])
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("unexpected generation %#v", r[6])
 	}
 	if !ok || (flag != 0 && flag != 1) {
-		return fencestore.Decision{}, nil, fmt.Errorf("unexpected admitted flag %#v", r[0])
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("unexpected admitted flag %#v", r[0])
 	}
 	text, ok := r[1].(string)
 	if !ok {
-		return fencestore.Decision{}, nil, fmt.Errorf("unexpected mark %#v", r[1])
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("unexpected mark %#v", r[1])
 	}
 	m, ok := fencestore.ParseMarkValue(text)
 	if !ok {
-		return fencestore.Decision{}, nil, fmt.Errorf("mark %q is not a canonical token[:sequence]", text)
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("mark %q is not a canonical token[:sequence]", text)
 	}
 	regressed, ok := r[5].(int64)
 	if !ok || regressed < 0 || regressed > 2 || (regressed != 0 && !a.HasFloor) {
-		return fencestore.Decision{}, nil, fmt.Errorf("unexpected regressed flag %#v", r[5])
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("unexpected regressed flag %#v", r[5])
 	}
 	d := fencestore.Decision{Admitted: flag == 1, Mark: m.Token, Sequence: m.Sequence, HasSequence: m.HasSequence,
 		Regressed: regressed == 1, FloorVoid: regressed == 2, Generation: gen}
@@ -598,46 +608,49 @@ func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestor
 		// Decided against the floor: Decide without a mark says how.
 		want, next, _ := a.Decide(fencestore.Mark{}, false)
 		if d.Admitted != want.Admitted || m != next {
-			return fencestore.Decision{}, nil, fmt.Errorf("%s over a regressed mark (floor %s) decided %v with mark %q",
+			return fencestore.Decision{}, snapshot{}, fmt.Errorf("%s over a regressed mark (floor %s) decided %v with mark %q",
 				admissionText(a), markText(a.Floor), d.Admitted, text)
 		}
 	case a.HasFloor && m.Before(a.Floor):
-		return fencestore.Decision{}, nil, fmt.Errorf("%s reported mark %q below its floor %s, not as regressed",
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("%s reported mark %q below its floor %s, not as regressed",
 			admissionText(a), text, markText(a.Floor))
 	case d.Admitted:
 		own := m == fencestore.Mark{Token: a.Token, Sequence: a.Sequence, HasSequence: a.HasSequence}
 		unchanged := !a.HasSequence && a.Compare == fencestore.AtLeast && m.Token == a.Token
 		if !own && !unchanged {
-			return fencestore.Decision{}, nil, fmt.Errorf("%s admitted with mark %q", admissionText(a), text)
+			return fencestore.Decision{}, snapshot{}, fmt.Errorf("%s admitted with mark %q", admissionText(a), text)
 		}
 	default:
 		if refused, _, _ := a.Decide(m, true); refused.Admitted {
-			return fencestore.Decision{}, nil, fmt.Errorf("%s refused by mark %q, which admits it", admissionText(a), text)
+			return fencestore.Decision{}, snapshot{}, fmt.Errorf("%s refused by mark %q, which admits it", admissionText(a), text)
 		}
 	}
 	member, ok1 := r[2].(string)
 	older, ok2 := r[3].(int64)
 	list, ok3 := r[4].(string)
-	if !ok1 || !ok2 || !ok3 || (older != 0 && older != 1) || (older == 1) != (list != "") {
-		return fencestore.Decision{}, nil, fmt.Errorf("unexpected in-flight reply %#v", r[2:5])
+	if !ok1 || !ok2 || !ok3 || older < 0 || older > 2 || (older != 0) != (list != "") {
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("unexpected in-flight reply %#v", r[2:5])
 	}
 	if !d.Admitted || a.Flight <= 0 {
 		if member != "" || older != 0 {
-			return fencestore.Decision{}, nil, fmt.Errorf("%s without a barrier entered in flight as %q", admissionText(a), member)
+			return fencestore.Decision{}, snapshot{}, fmt.Errorf("%s without a barrier entered in flight as %q", admissionText(a), member)
 		}
-		return d, nil, nil
+		return d, snapshot{}, nil
 	}
 	own := order41(a.Order())
 	if bound, ok := memberBound(member); !ok || !strings.HasPrefix(member, own+":") ||
 		bound != time.Duration(flightMillis(a))*time.Millisecond {
-		return fencestore.Decision{}, nil, fmt.Errorf("%s entered in flight as %q", admissionText(a), member)
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("%s entered in flight as %q", admissionText(a), member)
 	}
 	olders, err := parseOlders(r[4], own)
 	if err != nil {
-		return fencestore.Decision{}, nil, err
+		return fencestore.Decision{}, snapshot{}, err
 	}
-	d.Flight = fencestore.Flight{Older: older == 1, Key: fkey, Ref: member, Order: a.Order()}
-	return d, olders, nil
+	if older == 2 && len(olders) != snapshotCap {
+		return fencestore.Decision{}, snapshot{}, fmt.Errorf("a snapshot of %d entries said to list the first %d of more", len(olders), snapshotCap)
+	}
+	d.Flight = fencestore.Flight{Older: older != 0, Key: fkey, Ref: member, Order: a.Order()}
+	return d, snapshot{olders: olders, more: older == 2}, nil
 }
 
 // replyLen is the length of admit.lua's reply per admission: {flag, mark,

@@ -59,10 +59,11 @@ func (s *Store) Release(f fencestore.Flight) {
 	if fl == nil {
 		// Released before, or not this store's registration: still sent
 		// once, which is harmless.
-		s.release(release{key: f.Key, member: f.Ref}, time.Time{}, true)
+		s.release(release{key: f.Key, member: f.Ref}, time.Time{}, true, false)
 		return
 	}
-	s.release(release{key: fl.key, member: f.Ref}, fl.moot, true)
+	// A Drain of this process waiting for it: no linger (batch.go).
+	s.release(release{key: fl.key, member: f.Ref}, fl.moot, true, s.awaited(f.Ref))
 }
 
 // abandon releases the entry an admission with barrier argument fl may have
@@ -78,21 +79,27 @@ func (s *Store) abandon(a fencestore.Admission, fkey, fl string, moot time.Time)
 	if !ok {
 		return
 	}
-	s.release(release{key: fkey, member: order41(a.Order()) + ":*:" + id}, moot, false)
+	s.release(release{key: fkey, member: order41(a.Order()) + ":*:" + id}, moot, false, false)
 }
 
 // release sends r, again until it is acknowledged or until is past (the
 // zero time: one attempt). It joins the pending set, which the batcher's
-// next pipeline takes, or, without batching, a goroutine of its own sends;
+// next pipeline takes (at once when urgent, else after a linger for an
+// admission to ride: batch.go), or, without batching, a goroutine of its
+// own sends;
 // while it is there, an admission that enters its key carries it too, ahead
 // of itself. When the set is full, r goes on a goroutine of its own, outside
 // it, if spill, else not at all (abandon does not spill: its admissions
 // fail when the store does, and a goroutine each would pile up in an
 // outage).
-func (s *Store) release(r release, until time.Time, spill bool) {
+func (s *Store) release(r release, until time.Time, spill, urgent bool) {
 	tracked := s.pend.add(r, until)
 	if tracked && s.batch != nil {
-		s.batch.released()
+		if urgent {
+			s.batch.releasedNow()
+		} else {
+			s.batch.released()
+		}
 		return
 	}
 	if !tracked && !spill {
@@ -161,7 +168,7 @@ func (s *Store) releaseFailed(key string, err error, moot bool) {
 // replica promoted without them.
 func (s *Store) resendRecent() {
 	for _, r := range s.pend.recentReleases() {
-		s.release(r.release, r.until, false)
+		s.release(r.release, r.until, false, true)
 	}
 }
 
