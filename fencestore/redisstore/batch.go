@@ -78,17 +78,17 @@ type batcher struct {
 	// nodes; it pipelines one EVALSHA per admission instead.
 	oneCall bool
 	// cluster is client when it is a Cluster client: see execNodes.
-	cluster  *redis.ClusterClient
-	queue    chan *admission
-	pend     *pendingReleases
-	kick     chan struct{} // a release was added to pend
+	cluster *redis.ClusterClient
+	queue   chan *admission
+	pend    *pendingReleases
+	kick    chan struct{} // a release was added to pend
 	// urgent is set with a kick for a release somebody waits for (or may
 	// wait for, late): the worker it wakes sends it without lingering.
 	urgent atomic.Bool
 	// linger is how long a worker woken by a release alone waits for an
 	// admission to carry it (0: not at all).
 	linger   time.Duration
-	channel  string        // release.lua's channel
+	channel  string // release.lua's channel
 	log      *zap.Logger
 	maxBatch int
 	stop     chan struct{} // closed by close: workers drain and exit
