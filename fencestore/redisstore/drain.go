@@ -16,7 +16,7 @@ import (
 // entries ordered before it that were in flight when it was admitted
 // (admit.lua lists them), never for one admitted after it. Each entry of
 // the snapshot ends for the waiter when
-//   - its release is announced on the store's channel (release.lua
+//   - its release is announced on the store's channel (flight.lua
 //     publishes the member): the subscriber hands it to the waiters whose
 //     snapshot holds it, and to no other, so a waiter costs no store round
 //     trip per release, its own or another's;

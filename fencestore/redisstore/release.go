@@ -13,9 +13,11 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
-// Releases. release.lua removes an entry and, when a later one may wait for
-// it, announces it. A release rides the next group-commit pipeline (or,
-// without batching, a goroutine of its own); one the store does not
+// Releases. A release (flight.lua's, run by release.lua or inside an
+// admission's run of admit.lua) removes an entry and, when a later one may
+// wait for it, announces it. A release rides the next group-commit pipeline
+// (on a single server inside its admission run, after a short linger for
+// one: batch.go), or, without batching, a goroutine of its own; one the store does not
 // acknowledge (a timeout, a lost connection, a failover, a replica that
 // refuses it) is sent again, with a growing backoff, until it is
 // acknowledged or moot: once its flight bound and fencestore.AbandonMargin
@@ -48,7 +50,7 @@ const (
 	recentFor      = 5 * time.Second
 )
 
-// Release ends f's flight: release.lua removes its entry and, when a later
+// Release ends f's flight: its release removes its entry and, when a later
 // entry may wait for it, announces it. Nobody waits for it; it is retried
 // until acknowledged or moot.
 func (s *Store) Release(f fencestore.Flight) {
@@ -71,7 +73,7 @@ func (s *Store) Release(f fencestore.Flight) {
 // connection was lost with the reply on its way, or the reply made no
 // sense): left alone, it would hold the later requests of its resource
 // back until their waiters give it up. The member is not known, so the
-// release names it by order and id (release.lua). It is sent until
+// release names it by order and id (flight.lua). It is sent until
 // acknowledged or moot (at moot), like any release; on another connection
 // than the admission, it may even run before it, and then finds nothing.
 func (s *Store) abandon(a fencestore.Admission, fkey, fl string, moot time.Time) {
@@ -173,7 +175,7 @@ func (s *Store) resendRecent() {
 }
 
 // release is one entry of the barrier to remove: its in-flight key and
-// member (release.lua).
+// member (flight.lua).
 type release struct{ key, member string }
 
 // pending is one release in the pending set.
