@@ -41,9 +41,11 @@ import (
 // DefaultReleaseLinger) for one to ride, and goes alone when none comes:
 // under load the next admission comes within microseconds, and the
 // release costs Redis no script run of its own. The linger only delays
-// the wake-up of a waiter on another replica; a release that a Drain of
-// this process waits for, one given up as abandoned, and one sent again
-// after a failure do not linger.
+// the wake-up of a waiter on another replica (by about a millisecond when
+// the process is idle: Go rounds a timer under a millisecond up to one
+// when nothing else runs); a release that a Drain of this process waits
+// for, one given up as abandoned, and one sent again after a failure do
+// not linger.
 
 // DefaultMaxBatch and DefaultPipelines are the batching defaults;
 // DefaultReleaseLinger is how long a release with no admission to ride
