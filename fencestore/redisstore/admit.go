@@ -210,6 +210,17 @@ func (s *Store) run(ctx context.Context, c call) (any, error) {
 		}
 		p = node
 	}
+	if s.rides() {
+		// The releases ride the admission's own run.
+		all, owned := s.riders(c.keys[1], c.fl != "")
+		keys, args := script([]*call{&c}, false)
+		if len(all) > 0 {
+			keys, args = withReleases(all, s.channel, keys, args)
+		}
+		reply, err := admitScript.Run(ctx, p, keys, args...).Result()
+		s.settleRiders(owned, err)
+		return reply, err
+	}
 	var rels []release
 	if c.fl != "" {
 		rels = s.pend.forKey(nil, c.keys[1])
@@ -250,9 +261,17 @@ func (s *Store) admitAndWait(ctx context.Context, c call) (any, *redis.IntCmd, e
 	}
 	var cmd *redis.Cmd
 	var wait *redis.IntCmd
-	// The releases of fkey still pending go first (run says why).
-	var rels []release
-	if c.fl != "" {
+	// The releases of fkey still pending go first (run says why); on a
+	// single server inside the admission's run, with the others nobody
+	// sends yet.
+	var rels, owned []release
+	if s.rides() {
+		var all []release
+		all, owned = s.riders(fkey, c.fl != "")
+		if len(all) > 0 {
+			keys, args = withReleases(all, s.channel, keys, args)
+		}
+	} else if c.fl != "" {
 		rels = s.pend.forKey(nil, fkey)
 	}
 	relCmds := make([]*redis.Cmd, len(rels))
@@ -283,6 +302,7 @@ func (s *Store) admitAndWait(ctx context.Context, c call) (any, *redis.IntCmd, e
 		break
 	}
 	reply, err := cmd.Result()
+	s.settleRiders(owned, err)
 	// A release that met NOSCRIPT did not run ahead of the admission: it
 	// runs now, and the admission looks again (recheck). Its sender owns it
 	// and sends it again if this fails.

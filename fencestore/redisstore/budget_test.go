@@ -21,7 +21,8 @@ import (
 // exact, not timed. The releases linger a minute for an admission to ride
 // (Options.ReleaseLinger): with one writer the next admission always
 // comes first, so each release rides it, whatever the machine's load (the
-// default linger, 500µs, makes that the usual case, not a certainty). The
+// default linger, 500µs, makes that the usual case, not a certainty), with
+// group commit and without. The
 // last release goes alone at Close: a run of release.lua, which the server
 // has not seen yet (NOSCRIPT, then EVAL), with its ZREM and ZRANGEBYLEX.
 //
@@ -38,16 +39,19 @@ func TestAdmissionCommandBudget(t *testing.T) {
 		name     string
 		drain    bool
 		identity bool
+		opts     redisstore.Options
 		// budget is the commands per admission, the script runs counted;
 		// runs the script runs per admission.
 		budget, runs int64
 	}{
-		{"barrier off", false, false, 3, 1},
-		{"barrier on", true, false, 8, 1},
-		{"barrier on, identity checked", true, true, 11, 1},
+		{"barrier off", false, false, redisstore.Options{}, 3, 1},
+		{"barrier on", true, false, redisstore.Options{}, 8, 1},
+		{"barrier on, identity checked", true, true, redisstore.Options{}, 11, 1},
+		{"barrier on, no batching", true, false, redisstore.Options{MaxBatch: -1}, 8, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, _ := newStore(t, srv, redisstore.Options{ReleaseLinger: time.Minute})
+			tc.opts.ReleaseLinger = time.Minute
+			s, _ := newStore(t, srv, tc.opts)
 			ctx := t.Context()
 			if tc.identity {
 				id, err := s.Init(ctx, false)

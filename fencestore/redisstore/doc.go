@@ -86,9 +86,10 @@
 // Release removes the entry, riding the next group-commit pipeline, or on a
 // goroutine of its own without batching; nobody waits for it. On a single
 // server (plain or Sentinel) it rides inside the next admission's script
-// run: admit.lua runs the releases it is given before its admissions, so
-// an admission and the release before it cost Redis one script run, not
-// two. A release that finds no admission queued waits up to
+// run, batched or not: admit.lua runs the releases it is given before its
+// admissions, so an admission and the release before it cost Redis one
+// script run, not two (with MinReplicas, WAIT then covers the release too).
+// A release that finds no admission queued waits up to
 // Options.ReleaseLinger (DefaultReleaseLinger, 500µs) for one, then goes
 // alone (release.lua); one that a Drain of this process waits for, one
 // given up as abandoned and one sent again do not wait. The linger delays

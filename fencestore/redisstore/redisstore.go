@@ -89,6 +89,8 @@ type Store struct {
 	ids       atomic.Uint64
 	drainPoll time.Duration
 	flights   flights
+	// linger is Options.ReleaseLinger, for releases sent without batching.
+	linger time.Duration
 	// wmu guards the subscriber's side: watchers (the Drains waiting for
 	// each member), the members announced lately (announced, in
 	// announceLog's order), and the subscription's epoch (0 before it
@@ -162,6 +164,10 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		s.gens = fencestore.NewGenerations(clusterSlots)
 	}
 	s.checkClient()
+	s.linger = opts.ReleaseLinger
+	if s.linger == 0 {
+		s.linger = DefaultReleaseLinger
+	}
 	if opts.MaxBatch >= 0 && opts.MinReplicas <= 0 {
 		maxBatch, pipelines := opts.MaxBatch, opts.Pipelines
 		if maxBatch == 0 {
@@ -173,10 +179,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		s.pend.max = max(maxPendingReleases, 4*maxBatch*pipelines)
 		s.batch = newBatcher(client, maxBatch, pipelines, s.pend, s.channel, s.log)
 		s.batch.observe = opts.OnRoundTrip
-		s.batch.linger = opts.ReleaseLinger
-		if s.batch.linger == 0 {
-			s.batch.linger = DefaultReleaseLinger
-		}
+		s.batch.linger = s.linger
 		// A release sent again is late already: it does not linger.
 		s.pend.retry = s.batch.releasedNow
 	}

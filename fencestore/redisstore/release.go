@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
@@ -17,7 +19,9 @@ import (
 // admission's run of admit.lua) removes an entry and, when a later one may
 // wait for it, announces it. A release rides the next group-commit pipeline
 // (on a single server inside its admission run, after a short linger for
-// one: batch.go), or, without batching, a goroutine of its own; one the store does not
+// one: batch.go), or, without batching, a goroutine of its own sends it
+// (on a single server after the same linger, unless an admission carried
+// it in its run meanwhile: riders); one the store does not
 // acknowledge (a timeout, a lost connection, a failover, a replica that
 // refuses it) is sent again, with a growing backoff, until it is
 // acknowledged or moot: once its flight bound and fencestore.AbandonMargin
@@ -118,13 +122,28 @@ func (s *Store) release(r release, until time.Time, spill, urgent bool) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		s.sendAlone(r, until, tracked)
+		s.sendAlone(r, until, tracked, urgent)
 	}()
 }
 
 // sendAlone sends r on its own until it is acknowledged, moot (until), or
-// the store closes; when tracked, it owns r's place in the pending set.
-func (s *Store) sendAlone(r release, until time.Time, tracked bool) {
+// the store closes; when tracked, it takes r's place in the pending set
+// first, unless an admission took it to carry (rides): on a single server
+// it gives one the store's linger to come, unless urgent.
+func (s *Store) sendAlone(r release, until time.Time, tracked, urgent bool) {
+	if tracked {
+		if s.linger > 0 && !urgent && s.rides() {
+			t := time.NewTimer(s.linger)
+			select {
+			case <-t.C:
+			case <-s.done: // sent once now, before the client closes
+				t.Stop()
+			}
+		}
+		if !s.pend.claim(r) {
+			return // an admission carries it
+		}
+	}
 	wait := retryFirst
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -163,6 +182,64 @@ func (s *Store) sendAlone(r release, until time.Time, tracked bool) {
 // that fails fail too, and say so louder.
 func (s *Store) releaseFailed(key string, err error, moot bool) {
 	s.log.Debug("drain release not acknowledged", zap.String("key", key), zap.Bool("moot", moot), zap.Error(err))
+}
+
+// rides reports whether releases ride admissions' script runs without
+// batching too: on a single server (plain or Sentinel), where one run may
+// touch any keys.
+func (s *Store) rides() bool {
+	_, single := s.client.(*redis.Client)
+	return single
+}
+
+// maxRiders bounds the releases one admission carries without batching.
+const maxRiders = 128
+
+// riders returns the releases an admission without batching carries in its
+// own script run, ahead of itself: on a single server those nobody sends
+// yet (owned: the admission sends them now, and settleRiders says how they
+// fared), and, with a barrier, those of its own in-flight key fkey on their
+// way already (their senders own them).
+func (s *Store) riders(fkey string, barrier bool) (all, owned []release) {
+	if s.rides() {
+		owned = s.pend.takeUnsent(nil, maxRiders)
+	}
+	all = owned
+	if barrier {
+		for _, r := range s.pend.forKey(nil, fkey) {
+			if !slices.Contains(owned, r) {
+				all = append(all, r)
+			}
+		}
+	}
+	return all, owned
+}
+
+// settleRiders tells the pending set how the releases an admission owned
+// fared (err, its script run's): acknowledged, or sent again on their own,
+// at once.
+func (s *Store) settleRiders(owned []release, err error) {
+	if len(owned) == 0 {
+		return
+	}
+	if err == nil {
+		s.pend.ackedEach(owned)
+		return
+	}
+	for _, u := range s.pend.unsend(owned) {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			s.pend.done([]release{u.release})
+			continue
+		}
+		s.bg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.bg.Done()
+			s.sendAlone(u.release, u.until, true, true)
+		}()
+	}
 }
 
 // resendRecent sends again the releases acknowledged in the last recentFor
@@ -254,6 +331,53 @@ func (p *pendingReleases) take(dst []release, keys map[string]bool) ([]release, 
 		}
 	}
 	return append(dst, others...), len(dst)
+}
+
+// claim takes r for its sender, unless it is gone (acknowledged) or
+// another sends it already (an admission that carries it).
+func (p *pendingReleases) claim(r release) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.m[r]
+	if e == nil || e.sent {
+		return false
+	}
+	e.sent = true
+	return true
+}
+
+// takeUnsent appends to dst up to max releases nobody sends yet, which the
+// caller then owns.
+func (p *pendingReleases) takeUnsent(dst []release, max int) []release {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for r, e := range p.m {
+		if n == max {
+			break
+		}
+		if !e.sent {
+			e.sent = true
+			dst = append(dst, r)
+			n++
+		}
+	}
+	return dst
+}
+
+// unsend gives back rs, which their owner failed to send, with their
+// bounds, for a sender of their own.
+func (p *pendingReleases) unsend(rs []release) []ackedRelease {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []ackedRelease
+	for _, r := range rs {
+		if e := p.m[r]; e != nil {
+			e.sent = false
+			out = append(out, ackedRelease{release: r, until: e.until})
+		}
+	}
+	return out
 }
 
 // forKey appends to dst every pending release of key, sent or not: an
