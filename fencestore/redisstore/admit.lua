@@ -1,4 +1,4 @@
--- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key, or the identity key and the generation key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s", then "@" and the generation it was seen at) of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there, and with the generation key the greatest generation the caller has seen there; returns {flag, mark, member, older, olders, regressed, generation} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected, or -3 with the generation the store holds when it is below the one the caller has seen (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0), olders those entries (their members, separated by spaces; "" for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back, 2 when the floor was set aside because an operator changed marks after its generation (else 0), generation the store's generation after the run ("0" without the generation key)
+-- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key, or the identity key and the generation key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s", then "@" and the generation it was seen at) of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there, and with the generation key the greatest generation the caller has seen there; returns {flag, mark, member, older, olders, regressed, generation} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected, or -3 with the generation the store holds when it is below the one the caller has seen (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0; 2 when more of them are than olders lists), olders those entries (the oldest 256 by order) (their members, separated by spaces; "" for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back, 2 when the floor was set aside because an operator changed marks after its generation (else 0), generation the store's generation after the run ("0" without the generation key); optionally the releases riding the run come before all that: KEYS[1..r] their in-flight keys, and ARGV[1] "r", ARGV[2] r, ARGV[3] the channel to announce on, ARGV[4..3+r] their members (as release.lua takes them), the keys and arguments above then following
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
@@ -19,22 +19,25 @@
 -- absent, so the proxy fails closed.
 --
 -- The drain barrier (doc.go). An admitted request with a barrier enters the
--- in-flight key beside its mark, a sorted set whose scores are all 0 so that
--- its members sort by their bytes (Redis compares them with memcmp, never by
--- a locale): order (the token in 20 digits, ':', the sequence in 20 digits
--- or 20 '-' for none: '-' sorts before '0', so no sequence comes before
--- every sequence), ':', the flight bound (milliseconds, 12 digits: a
--- duration, not a deadline), ':', the id. The entries ordered before a
--- request are then those below its order (ZRANGEBYLEX), and an equal order,
--- a prefix of the member, is never below it: equal orders never wait. The
--- reply lists them, in one string (one bulk reply, not one per entry): they
--- are what the request waits for (its snapshot), and nothing admitted after
--- it. No clock of the server's decides anything
--- here: a waiter times an older entry by its own monotonic clock (flight.go).
--- The entry goes in before the mark is written, so a failed entry leaves the
--- mark as it was. An admission without a barrier does not touch its
--- in-flight key: the caller passes the mark key again in its place, which
--- keeps a Cluster call within one slot whatever the mark key's name.
+-- in-flight key beside its mark (flight.lua has the members' form). The
+-- entries ordered before a request are those below its order
+-- (ZRANGEBYLEX), and an equal order, a prefix of the member, is never below
+-- it: equal orders never wait. The reply lists them, in one string (one
+-- bulk reply, not one per entry): they are what the request waits for (its
+-- snapshot), and nothing admitted after it. No clock of the server's
+-- decides anything here: a waiter times an older entry by its own
+-- monotonic clock (flight.go). The entry goes in before the mark is
+-- written, so a failed entry leaves the mark as it was. An admission
+-- without a barrier does not touch its in-flight key: the caller passes the
+-- mark key again in its place, which keeps a Cluster call within one slot
+-- whatever the mark key's name.
+--
+-- Releases may ride the run (group commit on a single server: one script
+-- run instead of two, batch.go): they go first, as release.lua would run
+-- them just before, whatever the admissions then find (a lost identity, a
+-- bad mark), so that an admission never finds an entry released before it
+-- was sent. The keys of a run touch many slots then, which only a server
+-- that is not a Cluster allows.
 --
 -- The floor (fencestore.Admission.Floor): the greatest mark the replica saw
 -- for the resource. A stored mark ordered before it (token, then no
@@ -59,47 +62,27 @@
 -- time: every admission answers -3 with g, and nothing is written. A run
 -- that writes a mark advances g by one (HINCRBY), in the same run; a floor
 -- seen at a generation below op is set aside (regressed 2).
--- pad writes canonical decimal s in 20 digits, so that the bytes sort as
--- the numbers do.
-local function pad(s)
-  return string.rep('0', 20 - #s) .. s
-end
-
--- GC is how long past the longest flight entered in an in-flight key the
--- key is kept (two days, in milliseconds): its TTL only collects a key that
--- nobody enters any more, never an entry anybody may still wait for, so a
--- step of the server's clock by up to a day removes nothing the barrier
--- needs. The TTL is renewed once it falls below the flight plus GC (set to a
--- day more, so about once a day on a busy key, not per admission).
-local GC = 172800000
-
--- enter puts an entry for the admission (token, seq) into key, with its
--- flight bound (bound, milliseconds in decimal) and id; it returns the
--- member and the members ordered before it (the snapshot), or an error text.
-local function enter(key, token, seq, bound, id)
-  local order = pad(token) .. ':'
-  if seq == '' then
-    order = order .. string.rep('-', 20)
-  else
-    order = order .. pad(seq)
+-- The releases riding the run, when the arguments begin with "r"; KEYS
+-- and ARGV are then the rest.
+local KEYS, ARGV = KEYS, ARGV
+local relkeys, relmembers, channel = {}, {}, nil
+if ARGV[1] == 'r' then
+  local r = tonumber(ARGV[2])
+  if type(ARGV[2]) ~= 'string' or not canonical(ARGV[2]) or r < 1 or r > #KEYS or #ARGV < r + 3 then
+    return redis.error_reply('ERR fenceproxy: releases want "r", their number, the channel, and a member each')
   end
-  local member = order .. ':' .. string.rep('0', 12 - #bound) .. bound .. ':' .. id
-  local olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order)
-  if err then return nil, nil, err end
-  local _
-  _, err = call('ZADD', key, 0, member)
-  if err then return nil, nil, err end
-  local ttl
-  ttl, err = call('PTTL', key)
-  local flight = tonumber(bound)
-  if not err and ttl < flight + GC then
-    _, err = call('PEXPIRE', key, string.format('%.0f', flight + GC + 86400000))
+  channel = ARGV[3]
+  local k, a = {}, {}
+  for i = 1, r do
+    relkeys[i], relmembers[i] = KEYS[i], ARGV[3 + i]
   end
-  if err then
-    call('ZREM', key, member)
-    return nil, nil, err
+  for i = r + 1, #KEYS do
+    k[i - r] = KEYS[i]
   end
-  return member, olders
+  for i = r + 4, #ARGV do
+    a[i - r - 3] = ARGV[i]
+  end
+  KEYS, ARGV = k, a
 end
 
 local nkeys, nargs = #KEYS, #ARGV
@@ -164,6 +147,11 @@ for i = 1, n do
     end
     floors[i] = {ft, fs, fm, fg}
   end
+end
+
+-- The releases, ahead of every admission of the run.
+for i = 1, #relkeys do
+  release(relkeys[i], relmembers[i], channel)
 end
 
 local out = {}
@@ -278,14 +266,14 @@ for i = 1, n do
   -- The in-flight entry goes in before the mark is written: an admission
   -- whose entry fails (the in-flight key of another type, out of memory)
   -- fails as a whole and leaves the mark as it was.
-  local member, olders = '', {}
+  local member, olders, more = '', {}, false
   if flag == 1 and bounds[i] then
-    local m, ol, ferr = enter(fkey, token, seq, bounds[i], ids[i])
+    local m, ol, mo, ferr = enter(fkey, token, seq, bounds[i], ids[i])
     if ferr then
       flag, result, write = -1, ferr, nil
       key = fkey
     else
-      member, olders = m, ol
+      member, olders, more = m, ol, mo
     end
   end
   if write then
@@ -296,7 +284,7 @@ for i = 1, n do
       flag, result = -1, serr
       if member ~= '' then
         call('ZREM', fkey, member)
-        member, olders = '', {}
+        member, olders, more = '', {}, false
       end
     else
       wrote = true
@@ -307,7 +295,9 @@ for i = 1, n do
     regressed = 0
   end
   local o = 0
-  if #olders > 0 then
+  if more then
+    o = 2
+  elseif #olders > 0 then
     o = 1
   end
   olders = table.concat(olders, ' ')

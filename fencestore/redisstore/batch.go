@@ -3,10 +3,9 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,11 +33,27 @@ import (
 // they ride. Nobody waits for a release; one the store does not acknowledge
 // goes back to the pending set, due again after its backoff, until it is
 // acknowledged or moot (release.go).
+//
+// On a single server the releases ride the first admission run of the
+// pipeline (admit.lua runs them ahead of its admissions): one script run
+// per pipeline, not one for the releases and one for the admissions. A
+// release that finds no admission queued lingers (Options.ReleaseLinger,
+// DefaultReleaseLinger) for one to ride, and goes alone when none comes:
+// under load the next admission comes within microseconds, and the
+// release costs Redis no script run of its own. The linger only delays
+// the wake-up of a waiter on another replica (by about a millisecond when
+// the process is idle: Go rounds a timer under a millisecond up to one
+// when nothing else runs); a release that a Drain of this process waits
+// for, one given up as abandoned, and one sent again after a failure do
+// not linger.
 
-// DefaultMaxBatch and DefaultPipelines are the batching defaults.
+// DefaultMaxBatch and DefaultPipelines are the batching defaults;
+// DefaultReleaseLinger is how long a release with no admission to ride
+// waits for one.
 const (
-	DefaultMaxBatch  = 128
-	DefaultPipelines = 2
+	DefaultMaxBatch      = 128
+	DefaultPipelines     = 2
+	DefaultReleaseLinger = 500 * time.Microsecond
 )
 
 // errClosed is returned by an admission on a closed store.
@@ -62,11 +77,17 @@ type batcher struct {
 	// nodes; it pipelines one EVALSHA per admission instead.
 	oneCall bool
 	// cluster is client when it is a Cluster client: see execNodes.
-	cluster  *redis.ClusterClient
-	queue    chan *admission
-	pend     *pendingReleases
-	kick     chan struct{} // a release was added to pend
-	channel  string        // release.lua's channel
+	cluster *redis.ClusterClient
+	queue   chan *admission
+	pend    *pendingReleases
+	kick    chan struct{} // a release was added to pend
+	// urgent is set with a kick for a release somebody waits for (or may
+	// wait for, late): the worker it wakes sends it without lingering.
+	urgent atomic.Bool
+	// linger is how long a worker woken by a release alone waits for an
+	// admission to carry it (0: not at all).
+	linger   time.Duration
+	channel  string // release.lua's channel
 	log      *zap.Logger
 	maxBatch int
 	stop     chan struct{} // closed by close: workers drain and exit
@@ -139,10 +160,20 @@ func (b *batcher) admit(ctx context.Context, c call) (any, error) {
 	}
 }
 
-// released wakes a worker for a release just added to the pending set.
-// One added while the store closes may be left there; its entry then stays
-// until its deadline.
+// released wakes a worker for a release just added to the pending set,
+// which it sends with the next admission or after its linger. One added
+// while the store closes may be left there; its entry then stays until its
+// deadline.
 func (b *batcher) released() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// releasedNow wakes a worker for a release that must not linger.
+func (b *batcher) releasedNow() {
+	b.urgent.Store(true)
 	select {
 	case b.kick <- struct{}{}:
 	default:
@@ -161,12 +192,20 @@ func (b *batcher) run() {
 	var rels []release
 	var fkeys map[string]bool
 	cmds := make([]*redis.Cmd, 0, b.maxBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		batch = batch[:0]
 		select {
 		case a := <-b.queue:
 			batch = append(batch, a)
 		case <-b.kick:
+			if a, stop := b.lingerFor(linger); stop {
+				b.drain()
+				return
+			} else if a != nil {
+				batch = append(batch, a)
+			}
 		case <-b.stop:
 			b.drain()
 			return
@@ -196,6 +235,32 @@ func (b *batcher) run() {
 		var errs []error
 		cmds, errs = b.exec(batch, rels, cmds[:0])
 		b.settle(rels[:own], errs)
+	}
+}
+
+// lingerFor waits, after a kick for releases alone, up to b.linger for an
+// admission for them to ride, using timer: it returns the admission (nil
+// when none came, or an urgent release cut the wait short), or stop when
+// the batcher stops.
+func (b *batcher) lingerFor(timer *time.Timer) (*admission, bool) {
+	if b.linger <= 0 || b.urgent.Swap(false) {
+		return nil, false
+	}
+	timer.Reset(b.linger)
+	defer timer.Stop()
+	for {
+		select {
+		case a := <-b.queue:
+			return a, false
+		case <-timer.C:
+			return nil, false
+		case <-b.kick:
+			if b.urgent.Swap(false) {
+				return nil, false
+			}
+		case <-b.stop:
+			return nil, true
+		}
 	}
 }
 
@@ -302,264 +367,4 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) ([
 		a.done <- struct{}{}
 	}
 	return cmds, errs
-}
-
-// pipelineScripts pipelines one EVALSHA of release.lua per release of rels
-// (announcing on channel), then one of admit.lua per admission of live, on
-// p, sets each admission's reply, and each release's error in errs (aligned
-// with rels).
-func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, live []*admission, rels []release,
-	cmds []*redis.Cmd, errs []error,
-) []*redis.Cmd {
-	pipe := p.Pipeline()
-	var relCmds []*redis.Cmd
-	for _, r := range rels {
-		relCmds = append(relCmds, releaseScript.EvalSha(ctx, pipe, []string{r.key}, r.member, channel))
-	}
-	for _, a := range live {
-		keys, args := script([]*admission{a}, false)
-		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, keys, args...))
-	}
-	_, _ = pipe.Exec(ctx) // each command keeps its own error
-
-	// NOSCRIPT (a restarted or flushed server): the script did not run for
-	// those, so running them again with EVAL is safe, and caches it.
-	var retry redis.Pipeliner
-	var late map[string]bool
-	for i, c := range relCmds {
-		if isNoScript(c.Err()) {
-			if retry == nil {
-				retry = p.Pipeline()
-			}
-			relCmds[i] = releaseScript.Eval(ctx, retry, []string{rels[i].key}, rels[i].member, channel)
-			if late == nil {
-				late = make(map[string]bool)
-			}
-			late[rels[i].key] = true
-		}
-	}
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			if retry == nil {
-				retry = p.Pipeline()
-			}
-			keys, args := script(live[i:i+1], false)
-			cmds[i] = admitScript.Eval(ctx, retry, keys, args...)
-		}
-	}
-	if retry != nil {
-		_, _ = retry.Exec(ctx)
-	}
-	for i, c := range relCmds {
-		errs[i] = c.Err()
-	}
-	for i, a := range live {
-		a.reply, a.err = cmds[i].Result()
-		cmds[i] = nil
-	}
-	recheck(ctx, p, live, late)
-	return cmds
-}
-
-// recheck narrows the snapshot of each admission of live that entered a
-// key of late to the entries still there: a release of that key meant to
-// run ahead of it ran after it (its EVALSHA met NOSCRIPT, and EVAL ran it
-// later). Its Drain would learn so from the release's announcement anyway;
-// this keeps Older exact. A look that fails leaves the snapshot as it was:
-// a Drain that looks when it need not, never an admission that should have
-// waited.
-func recheck(ctx context.Context, p pipeliner, live []*admission, late map[string]bool) {
-	if len(late) == 0 {
-		return
-	}
-	for _, a := range live {
-		r, ok := a.reply.([]any)
-		if a.err != nil || !ok || len(r) != replyLen || !late[a.keys[1]] || r[3] != int64(1) {
-			continue
-		}
-		text, ok := r[4].(string)
-		if !ok || text == "" {
-			continue
-		}
-		list := strings.Split(text, " ")
-		pipe := p.Pipeline()
-		args := []any{"zmscore", a.keys[1]}
-		for _, m := range list {
-			args = append(args, m)
-		}
-		cmd := pipe.Do(ctx, args...)
-		if _, err := pipe.Exec(ctx); err != nil {
-			continue
-		}
-		scores, err := cmd.Slice()
-		if err != nil || len(scores) != len(list) {
-			continue
-		}
-		kept := make([]string, 0, len(list))
-		for i, v := range scores {
-			if v != nil {
-				kept = append(kept, list[i])
-			}
-		}
-		r[4] = strings.Join(kept, " ")
-		if len(kept) == 0 {
-			r[3] = int64(0)
-		}
-	}
-}
-
-// scriptPipeliner runs scripts, alone or in pipelines.
-type scriptPipeliner interface {
-	pipeliner
-	redis.Scripter
-}
-
-// execNodes admits live and releases rels on a cluster: it pipelines each
-// admission to the master that owns its key on that node's own client,
-// never on the ClusterClient's pipeline, which re-sends a batch after a lost
-// connection (up to MaxRedirects times, whatever MaxRetries says): an
-// admission that had run would run again, and a ">" one then be refused by
-// its own mark. A node client retries as MaxRetries allows, which New wants
-// at -1 (none). An admission's two keys share a slot (flightKey), so one
-// node has both; the releases go one per key, since one script run may
-// touch one slot only.
-//
-// A redirection (MOVED, ASK: the slot is elsewhere, or moving) is answered
-// as the error it is; the script did not run. Following it would take a
-// client for an address the ClusterClient does not lend out.
-func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []release, errs []error) {
-	type group struct {
-		live []*admission
-		rels []release
-		at   []int // each release's place in rels
-	}
-	groups := make(map[*redis.Client]*group)
-	groupFor := func(key string) (*group, error) {
-		node, err := b.cluster.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		g := groups[node]
-		if g == nil {
-			g = &group{}
-			groups[node] = g
-		}
-		return g, nil
-	}
-	for i, r := range rels {
-		g, err := groupFor(r.key)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		g.rels, g.at = append(g.rels, r), append(g.at, i)
-	}
-	for _, a := range live {
-		g, err := groupFor(a.keys[0])
-		if err != nil {
-			a.err = err
-			continue
-		}
-		g.live = append(g.live, a)
-	}
-	var wg sync.WaitGroup
-	for node, g := range groups {
-		wg.Go(func() {
-			gerrs := make([]error, len(g.rels))
-			pipelineScripts(ctx, node, b.channel, g.live, g.rels, make([]*redis.Cmd, 0, len(g.live)), gerrs)
-			for j, err := range gerrs {
-				errs[g.at[j]] = err
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// execOne releases rels with one run of release.lua and admits live with
-// one run of admit.lua over all their keys, in queue order, in one
-// pipeline; admit.lua's reply holds a {flag, mark, member, older, olders,
-// regressed, generation} group per admission. Admissions that expect another identity
-// than the one before them (an Expect between the two) start a run of
-// their own, in the same pipeline: one run checks one identity.
-func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release, errs []error) {
-	pipe := b.client.Pipeline()
-	var relKeys []string
-	var relArgs []any
-	var release *redis.Cmd
-	if len(rels) > 0 {
-		relKeys = make([]string, len(rels))
-		relArgs = make([]any, 0, len(rels)+1)
-		for i, r := range rels {
-			relKeys[i] = r.key
-			relArgs = append(relArgs, r.member)
-		}
-		relArgs = append(relArgs, b.channel)
-		release = releaseScript.EvalSha(ctx, pipe, relKeys, relArgs...)
-	}
-	type run struct {
-		live []*admission
-		keys []string
-		args []any
-		cmd  *redis.Cmd
-	}
-	var runs []*run
-	for i := 0; i < len(live); {
-		j := i + 1
-		for j < len(live) && live[j].id == live[i].id {
-			j++
-		}
-		r := &run{live: live[i:j]}
-		r.keys, r.args = script(r.live, false)
-		r.cmd = admitScript.EvalSha(ctx, pipe, r.keys, r.args...)
-		runs = append(runs, r)
-		i = j
-	}
-	_, _ = pipe.Exec(ctx) // each command keeps its own error
-
-	// NOSCRIPT: the script did not run, so running it again with EVAL is
-	// safe, and caches it. A release that so runs after the admissions is
-	// looked for again (recheck).
-	var retry redis.Pipeliner
-	var late map[string]bool
-	if release != nil && isNoScript(release.Err()) {
-		retry = b.client.Pipeline()
-		release = releaseScript.Eval(ctx, retry, relKeys, relArgs...)
-		late = make(map[string]bool, len(relKeys))
-		for _, k := range relKeys {
-			late[k] = true
-		}
-	}
-	for _, r := range runs {
-		if isNoScript(r.cmd.Err()) {
-			if retry == nil {
-				retry = b.client.Pipeline()
-			}
-			r.cmd = admitScript.Eval(ctx, retry, r.keys, r.args...)
-		}
-	}
-	if retry != nil {
-		_, _ = retry.Exec(ctx)
-	}
-	if release != nil {
-		// One run for them all: they fare alike.
-		if err := release.Err(); err != nil {
-			for i := range errs {
-				errs[i] = err
-			}
-		}
-	}
-	for _, r := range runs {
-		reply, err := r.cmd.Slice()
-		if err == nil && len(reply) != replyLen*len(r.live) {
-			err = fmt.Errorf("redisstore: batch of %d got %d replies", len(r.live), len(reply))
-		}
-		for i, a := range r.live {
-			if err != nil {
-				a.err = err
-			} else {
-				a.reply = reply[replyLen*i : replyLen*i+replyLen]
-			}
-		}
-	}
-	recheck(ctx, b.client, live, late)
 }

@@ -25,7 +25,9 @@ import (
 // It reports, from INFO commandstats read before and after (INFO itself left
 // out), the commands per admission: calls/op every command, those the
 // scripts run included; toplevel/op the script runs and looks a client sent;
-// and per command name (<name>/op). Reported, never asserted:
+// per command name (<name>/op), and the server's CPU time per admission
+// (redis-µs/op: used_cpu_user + used_cpu_sys of INFO cpu). Reported, never
+// asserted (TestAdmissionCommandBudget asserts the counts):
 //
 //	go test -run '^$' -bench AdmissionCommands -benchtime 2000x ./fencestore/redisstore/
 func BenchmarkAdmissionCommands(b *testing.B) {
@@ -65,6 +67,7 @@ func BenchmarkAdmissionCommands(b *testing.B) {
 				next.Store(1000)
 				waitReleased(b, srv, prefix)
 				before := commandStats(b, srv)
+				cpuBefore := serverStats(b, srv).cpu
 				b.ResetTimer()
 				var wg sync.WaitGroup
 				for range writers {
@@ -88,7 +91,9 @@ func BenchmarkAdmissionCommands(b *testing.B) {
 				}
 				waitReleased(b, srv, prefix)
 				after := commandStats(b, srv)
+				cpuAfter := serverStats(b, srv).cpu
 				n := float64(b.N)
+				b.ReportMetric((cpuAfter-cpuBefore)*1e6/n, "redis-µs/op")
 				var calls, top int64
 				for name, c := range after {
 					d := c - before[name]

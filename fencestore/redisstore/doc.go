@@ -57,6 +57,13 @@
 // before it; admit.lua answers them with the admission (the request's
 // snapshot), and the Drain waits for those and for nothing admitted after
 // it, so a stream of later requests ordered before it cannot starve it.
+// A snapshot lists at most 256 entries, the oldest by order, so that a
+// reply stays small however many wait; with more in flight the Drain waits
+// for those, then reads the next ones (ZRANGEBYLEX after the last it waited
+// for, below its own order), and so on: it never passes an older entry.
+// Only there, beyond 256 older requests in flight on one resource, can an
+// unsequenced request of the waiter's own token admitted after it (which
+// is ordered before it) be among those read, and be waited for too.
 // No resource name spells an in-flight key, and no two resources share one.
 //
 // No clock of Redis's decides the barrier (drain.go). A waiter gives up an
@@ -76,9 +83,22 @@
 // each waiter's admission, no longer; a key nobody waits on keeps such
 // entries until a later request watches them out.
 //
-// Release removes the entry (release.lua), riding the next group-commit
-// pipeline, or on a goroutine of its own without batching; nobody waits for
-// it. A release the store does not acknowledge (a timeout, a lost
+// Release removes the entry, riding the next group-commit pipeline, or on a
+// goroutine of its own without batching; nobody waits for it. On a single
+// server (plain or Sentinel) it rides inside the next admission's script
+// run, batched or not: admit.lua runs the releases it is given before its
+// admissions, so an admission and the release before it cost Redis one
+// script run, not two (with MinReplicas, WAIT then covers the release too).
+// A release that finds no admission queued waits up to
+// Options.ReleaseLinger (DefaultReleaseLinger, 500µs) for one, then goes
+// alone (release.lua); one that a Drain of this process waits for, one
+// given up as abandoned and one sent again do not wait. The linger delays
+// only the wake-up of a waiter on another replica: about 1.1ms at the median
+// when the releasing process has nothing else to do (Go's timers then wake
+// at millisecond resolution; BenchmarkWakeAcrossReplicas), less under load,
+// when an admission comes sooner.
+// On a Cluster or Ring a release is a release.lua run of its own in the
+// same pipeline (one script run may touch one slot only). A release the store does not acknowledge (a timeout, a lost
 // connection, a failover, READONLY) is sent again, backing off from 20ms to
 // 1s, until it is acknowledged or moot (its bound and AbandonMargin after
 // its admission began, on this process's monotonic clock: every waiter has
@@ -92,8 +112,8 @@
 // promoted replica keeps: it is released the same way, by its order and id.
 //
 // Wake-ups are targeted. When the removed entry was ordered before another
-// still in the key, release.lua publishes the removed member on the channel
-// KeyPrefix+"inflight" (`fence:inflight`); the store's one subscription
+// still in the key, the release (flight.lua) publishes the removed member on
+// the channel KeyPrefix+"inflight" (`fence:inflight`); the store's one subscription
 // (made on its first admission with a barrier) hands it to the Drains whose
 // snapshot holds it, and to no other: no Drain runs a command per release.
 // A Drain looks at the store (one ZMSCORE of its snapshot's remaining
@@ -108,7 +128,10 @@
 // In-flight keys carry a TTL only to collect a key nobody enters any more:
 // the longest flight entered in it plus two days, renewed about once a day,
 // so no entry anybody may still wait for expires, even with the server's
-// clock a day ahead. A volatile-* maxmemory-policy could still evict them
+// clock a day ahead. In the common case the last release deleted the key
+// (Redis removes an empty sorted set), and the admission that creates it
+// again sets its TTL with one PEXPIRE NX; only a key that existed already
+// is read (PTTL) and renewed when its TTL is short of the flight's need. A volatile-* maxmemory-policy could still evict them
 // under memory pressure: that forgets requests in flight (later ones go on
 // without waiting for them), which weakens the barrier but never the mark,
 // which has no TTL. noeviction instead refuses the entries' writes, and

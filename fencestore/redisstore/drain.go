@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,7 +16,7 @@ import (
 // entries ordered before it that were in flight when it was admitted
 // (admit.lua lists them), never for one admitted after it. Each entry of
 // the snapshot ends for the waiter when
-//   - its release is announced on the store's channel (release.lua
+//   - its release is announced on the store's channel (flight.lua
 //     publishes the member): the subscriber hands it to the waiters whose
 //     snapshot holds it, and to no other, so a waiter costs no store round
 //     trip per release, its own or another's;
@@ -44,7 +45,8 @@ type waiter struct {
 
 // Drain waits until every entry of f's snapshot is gone: released, found
 // gone, or watched past its bound and AbandonMargin (then it reports
-// expired).
+// expired). A snapshot that listed the first snapshotCap entries of more
+// is followed by a look for the rest, once those are gone (more).
 func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 	if !f.Older || !f.Registered() {
 		return false, nil
@@ -57,13 +59,42 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 		return false, nil // drained before, or released
 	}
 	s.listen(ctx)
-	remaining := make(map[string]time.Duration, len(fl.olders))
-	for _, o := range fl.olders {
+	expired := false
+	olders := fl.olders
+	for {
+		exp, err := s.drainSnapshot(ctx, fl, olders)
+		expired = expired || exp
+		if err != nil {
+			return expired, err
+		}
+		if !fl.more {
+			break
+		}
+		olders, fl.more, err = s.more(ctx, fl.key, olders[len(olders)-1].member, f.Ref[:orderLen])
+		if err != nil {
+			if ctx.Err() != nil {
+				return expired, ctx.Err()
+			}
+			return expired, fencestore.Unavailable(fmt.Errorf("redisstore: drain %q: %w", fl.key, err))
+		}
+		if len(olders) == 0 {
+			break
+		}
+	}
+	s.flights.drained(f.Ref)
+	return expired, nil
+}
+
+// drainSnapshot waits until every entry of olders, part of fl's snapshot,
+// is gone.
+func (s *Store) drainSnapshot(ctx context.Context, fl flight, olders []older) (bool, error) {
+	remaining := make(map[string]time.Duration, len(olders))
+	for _, o := range olders {
 		remaining[o.member] = o.bound
 	}
 	w := &waiter{kick: make(chan struct{}, 1)}
 	epoch, epochCh := s.watchAll(w, remaining)
-	defer s.unwatchAll(w, fl.olders)
+	defer s.unwatchAll(w, olders)
 	// Announcements reach a waiter only from the subscription that was up
 	// when its admission was sent; with none, or another one since, look.
 	look := epoch == 0 || epoch != fl.epoch
@@ -118,8 +149,33 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 		}
 		t.Stop()
 	}
-	s.flights.drained(f.Ref)
 	return expired, nil
+}
+
+// more reads the next part of a snapshot that listed only its first
+// snapshotCap entries: the entries of key after last (the greatest member
+// waited for so far) and ordered before own, at most snapshotCap of them,
+// and whether there are more still. Every entry of the snapshot not waited
+// for yet is among them, in flight since before the admission (the waiter
+// watches it from its admission's reply, as the others). An entry admitted
+// after the waiter can be among them only when it is ordered before it
+// though admitted later, which an unsequenced request of the waiter's own
+// token is (it leaves the mark's sequence as it is): then the waiter also
+// waits for that one, which it never does below the cap.
+func (s *Store) more(ctx context.Context, key, last, own string) ([]older, bool, error) {
+	r, err := s.client.Do(ctx, "zrangebylex", key, "("+last, "("+own, "limit", 0, snapshotCap+1).StringSlice()
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(r) > snapshotCap
+	if more {
+		r = r[:snapshotCap]
+	}
+	out, err := parseOlders(strings.Join(r, " "), own)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, more, nil
 }
 
 // lookAt removes from remaining the members no longer in key: one
@@ -169,7 +225,7 @@ func (s *Store) missing(ctx context.Context, key string, members []string) ([]st
 // still hold it (each would give it up by its own clock otherwise).
 func (s *Store) giveUp(key, member string) {
 	s.log.Debug("drain gave up an older request past its bound", zap.String("key", key), zap.String("member", member))
-	s.release(release{key: key, member: member}, time.Time{}, true)
+	s.release(release{key: key, member: member}, time.Time{}, true, true)
 }
 
 // watchAll registers w for the members of remaining, and removes from it
@@ -208,6 +264,13 @@ func (s *Store) unwatchAll(w *waiter, olders []older) {
 			s.watchers[o.member] = ws
 		}
 	}
+}
+
+// awaited reports whether a Drain of this process waits for member.
+func (s *Store) awaited(member string) bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return len(s.watchers[member]) > 0
 }
 
 func (s *Store) takeGone(w *waiter) []string {

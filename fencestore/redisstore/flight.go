@@ -159,8 +159,21 @@ type flight struct {
 	// waiter's watch of them starts there), and the subscription's epoch
 	// when the admission was sent (drain.go).
 	olders   []older
+	more     bool
 	admitted time.Time
 	epoch    uint64
+}
+
+// snapshotCap is the most entries a snapshot lists (flight.lua's
+// SNAPSHOT): the oldest by order. With more in flight before an admission,
+// its Drain waits for those first, then looks for the rest (drain.go).
+const snapshotCap = 256
+
+// snapshot is what an admission's reply says it waits for: olders, and
+// whether more entries than snapshotCap were ordered before it.
+type snapshot struct {
+	olders []older
+	more   bool
 }
 
 // older is one entry of a snapshot.
@@ -210,7 +223,7 @@ func (fs *flights) drained(member string) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if f := fs.m[member]; f != nil {
-		f.olders = nil
+		f.olders, f.more = nil, false
 	}
 }
 

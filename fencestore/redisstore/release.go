@@ -4,18 +4,23 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
-// Releases. release.lua removes an entry and, when a later one may wait for
-// it, announces it. A release rides the next group-commit pipeline (or,
-// without batching, a goroutine of its own); one the store does not
+// Releases. A release (flight.lua's, run by release.lua or inside an
+// admission's run of admit.lua) removes an entry and, when a later one may
+// wait for it, announces it. A release rides the next group-commit pipeline
+// (on a single server inside its admission run, after a short linger for
+// one: batch.go), or, without batching, a goroutine of its own sends it
+// (on a single server after the same linger, unless an admission carried
+// it in its run meanwhile: riders); one the store does not
 // acknowledge (a timeout, a lost connection, a failover, a replica that
 // refuses it) is sent again, with a growing backoff, until it is
 // acknowledged or moot: once its flight bound and fencestore.AbandonMargin
@@ -48,7 +53,7 @@ const (
 	recentFor      = 5 * time.Second
 )
 
-// Release ends f's flight: release.lua removes its entry and, when a later
+// Release ends f's flight: its release removes its entry and, when a later
 // entry may wait for it, announces it. Nobody waits for it; it is retried
 // until acknowledged or moot.
 func (s *Store) Release(f fencestore.Flight) {
@@ -59,10 +64,11 @@ func (s *Store) Release(f fencestore.Flight) {
 	if fl == nil {
 		// Released before, or not this store's registration: still sent
 		// once, which is harmless.
-		s.release(release{key: f.Key, member: f.Ref}, time.Time{}, true)
+		s.release(release{key: f.Key, member: f.Ref}, time.Time{}, true, false)
 		return
 	}
-	s.release(release{key: fl.key, member: f.Ref}, fl.moot, true)
+	// A Drain of this process waiting for it: no linger (batch.go).
+	s.release(release{key: fl.key, member: f.Ref}, fl.moot, true, s.awaited(f.Ref))
 }
 
 // abandon releases the entry an admission with barrier argument fl may have
@@ -70,7 +76,7 @@ func (s *Store) Release(f fencestore.Flight) {
 // connection was lost with the reply on its way, or the reply made no
 // sense): left alone, it would hold the later requests of its resource
 // back until their waiters give it up. The member is not known, so the
-// release names it by order and id (release.lua). It is sent until
+// release names it by order and id (flight.lua). It is sent until
 // acknowledged or moot (at moot), like any release; on another connection
 // than the admission, it may even run before it, and then finds nothing.
 func (s *Store) abandon(a fencestore.Admission, fkey, fl string, moot time.Time) {
@@ -78,21 +84,27 @@ func (s *Store) abandon(a fencestore.Admission, fkey, fl string, moot time.Time)
 	if !ok {
 		return
 	}
-	s.release(release{key: fkey, member: order41(a.Order()) + ":*:" + id}, moot, false)
+	s.release(release{key: fkey, member: order41(a.Order()) + ":*:" + id}, moot, false, false)
 }
 
 // release sends r, again until it is acknowledged or until is past (the
 // zero time: one attempt). It joins the pending set, which the batcher's
-// next pipeline takes, or, without batching, a goroutine of its own sends;
+// next pipeline takes (at once when urgent, else after a linger for an
+// admission to ride: batch.go), or, without batching, a goroutine of its
+// own sends;
 // while it is there, an admission that enters its key carries it too, ahead
 // of itself. When the set is full, r goes on a goroutine of its own, outside
 // it, if spill, else not at all (abandon does not spill: its admissions
 // fail when the store does, and a goroutine each would pile up in an
 // outage).
-func (s *Store) release(r release, until time.Time, spill bool) {
+func (s *Store) release(r release, until time.Time, spill, urgent bool) {
 	tracked := s.pend.add(r, until)
 	if tracked && s.batch != nil {
-		s.batch.released()
+		if urgent {
+			s.batch.releasedNow()
+		} else {
+			s.batch.released()
+		}
 		return
 	}
 	if !tracked && !spill {
@@ -109,13 +121,28 @@ func (s *Store) release(r release, until time.Time, spill bool) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		s.sendAlone(r, until, tracked)
+		s.sendAlone(r, until, tracked, urgent)
 	}()
 }
 
 // sendAlone sends r on its own until it is acknowledged, moot (until), or
-// the store closes; when tracked, it owns r's place in the pending set.
-func (s *Store) sendAlone(r release, until time.Time, tracked bool) {
+// the store closes; when tracked, it takes r's place in the pending set
+// first, unless an admission took it to carry (rides): on a single server
+// it gives one the store's linger to come, unless urgent.
+func (s *Store) sendAlone(r release, until time.Time, tracked, urgent bool) {
+	if tracked {
+		if s.linger > 0 && !urgent && s.rides() {
+			t := time.NewTimer(s.linger)
+			select {
+			case <-t.C:
+			case <-s.done: // sent once now, before the client closes
+				t.Stop()
+			}
+		}
+		if !s.pend.claim(r) {
+			return // an admission carries it
+		}
+	}
 	wait := retryFirst
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -156,232 +183,76 @@ func (s *Store) releaseFailed(key string, err error, moot bool) {
 	s.log.Debug("drain release not acknowledged", zap.String("key", key), zap.Bool("moot", moot), zap.Error(err))
 }
 
+// rides reports whether releases ride admissions' script runs without
+// batching too: on a single server (plain or Sentinel), where one run may
+// touch any keys.
+func (s *Store) rides() bool {
+	_, single := s.client.(*redis.Client)
+	return single
+}
+
+// maxRiders bounds the releases one admission carries without batching.
+const maxRiders = 128
+
+// riders returns the releases an admission without batching carries in its
+// own script run, ahead of itself: on a single server those nobody sends
+// yet (owned: the admission sends them now, and settleRiders says how they
+// fared), and, with a barrier, those of its own in-flight key fkey on their
+// way already (their senders own them).
+func (s *Store) riders(fkey string, barrier bool) (all, owned []release) {
+	if s.rides() {
+		owned = s.pend.takeUnsent(nil, maxRiders)
+	}
+	all = owned
+	if barrier {
+		for _, r := range s.pend.forKey(nil, fkey) {
+			if !slices.Contains(owned, r) {
+				all = append(all, r)
+			}
+		}
+	}
+	return all, owned
+}
+
+// settleRiders tells the pending set how the releases an admission owned
+// fared (err, its script run's): acknowledged, or sent again on their own,
+// at once.
+func (s *Store) settleRiders(owned []release, err error) {
+	if len(owned) == 0 {
+		return
+	}
+	if err == nil {
+		s.pend.ackedEach(owned)
+		return
+	}
+	for _, u := range s.pend.unsend(owned) {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			s.pend.done([]release{u.release})
+			continue
+		}
+		s.bg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.bg.Done()
+			s.sendAlone(u.release, u.until, true, true)
+		}()
+	}
+}
+
 // resendRecent sends again the releases acknowledged in the last recentFor
 // that are not moot: the store came back after a break, maybe on a
 // replica promoted without them.
 func (s *Store) resendRecent() {
 	for _, r := range s.pend.recentReleases() {
-		s.release(r.release, r.until, false)
+		s.release(r.release, r.until, false, true)
 	}
 }
 
 // release is one entry of the barrier to remove: its in-flight key and
-// member (release.lua).
+// member (flight.lua).
 type release struct{ key, member string }
-
-// pending is one release in the pending set.
-type pending struct {
-	sent      bool      // a pipeline that owns it is on its way
-	until     time.Time // moot from then on (zero: one attempt)
-	notBefore time.Time // backoff: not taken before then
-	wait      time.Duration
-}
-
-// ackedRelease is a release acknowledged recently.
-type ackedRelease struct {
-	release
-	until, at time.Time
-}
-
-// pendingReleases are the releases not acknowledged yet. Admissions read
-// them so that a release made before an admission runs before it, though
-// the two travel apart: the pipeline that carries an admission also
-// carries the pending releases of the key it enters, ahead of it, on the
-// same connection. A release twice is harmless (the second finds nothing,
-// and announces nothing). Bounded: a release past the bound goes outside
-// it, without that promise.
-type pendingReleases struct {
-	mu  sync.Mutex
-	m   map[release]*pending
-	max int
-	// retry, when set, is called (once per backoff) when a release sent
-	// again becomes due.
-	retry    func()
-	timer    *time.Timer
-	timerDue time.Time
-	// recent are the releases acknowledged lately, oldest first.
-	recent []ackedRelease
-}
-
-// add puts r in the set, unless it is full; a release already there keeps
-// its place.
-func (p *pendingReleases) add(r release, until time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.m[r]; ok {
-		return true
-	}
-	if len(p.m) >= p.max {
-		return false
-	}
-	if p.m == nil {
-		p.m = make(map[release]*pending)
-	}
-	p.m[r] = &pending{until: until}
-	return true
-}
-
-// take appends to dst the releases due that nobody sends yet, which the
-// caller then owns (it calls done or failed for them once sent), and after
-// them those others send already, or that wait for their backoff, whose key
-// is in keys; it returns dst and how many of it the caller owns.
-func (p *pendingReleases) take(dst []release, keys map[string]bool) ([]release, int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	var others []release
-	for r, e := range p.m {
-		switch {
-		case !e.sent && !now.Before(e.notBefore):
-			e.sent = true
-			dst = append(dst, r)
-		case keys[r.key]:
-			others = append(others, r)
-			if !e.sent { // waits for its backoff
-				p.schedule(e.notBefore)
-			}
-		case !e.sent:
-			p.schedule(e.notBefore)
-		}
-	}
-	return append(dst, others...), len(dst)
-}
-
-// forKey appends to dst every pending release of key, sent or not: an
-// admission without batching carries them (their senders still own them).
-func (p *pendingReleases) forKey(dst []release, key string) []release {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for r := range p.m {
-		if r.key == key {
-			dst = append(dst, r)
-		}
-	}
-	return dst
-}
-
-// done forgets rs, which the store acknowledged (or which are given up).
-func (p *pendingReleases) done(rs []release) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, r := range rs {
-		delete(p.m, r)
-	}
-}
-
-// acked remembers rs, acknowledged now, for resendRecent.
-func (p *pendingReleases) acked(rs []release, until time.Time) {
-	if until.IsZero() || len(rs) == 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	for _, r := range rs {
-		p.recent = append(p.recent, ackedRelease{release: r, until: until, at: now})
-	}
-	p.trimRecent(now)
-}
-
-// ackedEach is acked for releases of different bounds: it looks each up
-// in the set before done forgets it.
-func (p *pendingReleases) ackedEach(rs []release) {
-	p.mu.Lock()
-	now := time.Now()
-	for _, r := range rs {
-		if e := p.m[r]; e != nil && !e.until.IsZero() {
-			p.recent = append(p.recent, ackedRelease{release: r, until: e.until, at: now})
-		}
-	}
-	p.trimRecent(now)
-	p.mu.Unlock()
-	p.done(rs)
-}
-
-func (p *pendingReleases) trimRecent(now time.Time) {
-	drop := 0
-	for drop < len(p.recent) && (len(p.recent)-drop > recentReleases || now.Sub(p.recent[drop].at) > recentFor) {
-		drop++
-	}
-	if drop > 0 {
-		p.recent = append(p.recent[:0], p.recent[drop:]...)
-	}
-}
-
-// recentReleases returns the releases acknowledged in the last recentFor
-// that are not moot yet.
-func (p *pendingReleases) recentReleases() []ackedRelease {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	p.trimRecent(now)
-	var out []ackedRelease
-	for _, r := range p.recent {
-		if now.Before(r.until) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// failed takes rs back, which the store did not acknowledge (err): each
-// is due again after its backoff, or forgotten when it is moot by then. It
-// returns those given up.
-func (p *pendingReleases) failed(rs []release) (gaveUp []release) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	for _, r := range rs {
-		e := p.m[r]
-		if e == nil {
-			continue
-		}
-		if e.wait == 0 {
-			e.wait = retryFirst
-		} else {
-			e.wait = min(2*e.wait, retryMax)
-		}
-		next := now.Add(e.wait)
-		if !next.Before(e.until) {
-			delete(p.m, r)
-			gaveUp = append(gaveUp, r)
-			continue
-		}
-		e.sent, e.notBefore = false, next
-		p.schedule(next)
-	}
-	return gaveUp
-}
-
-// schedule has retry called at due, unless it is called sooner already:
-// one timer for the earliest release due, and the pipeline it wakes sets it
-// again for the rest (take). p.mu is held.
-func (p *pendingReleases) schedule(due time.Time) {
-	if p.retry == nil || due.IsZero() || (!p.timerDue.IsZero() && !due.Before(p.timerDue)) {
-		return
-	}
-	if p.timer != nil {
-		p.timer.Stop()
-	}
-	p.timerDue = due
-	retry := p.retry
-	p.timer = time.AfterFunc(time.Until(due), func() {
-		p.mu.Lock()
-		p.timerDue = time.Time{}
-		p.mu.Unlock()
-		retry()
-	})
-}
-
-// stop ends the retry timer.
-func (p *pendingReleases) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.timer != nil {
-		p.timer.Stop()
-	}
-	p.retry = nil
-}
 
 // mayHaveRun reports whether a command that failed with err may have run
 // though its reply never came: after anything but a dial that failed

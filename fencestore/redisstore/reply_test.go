@@ -125,7 +125,8 @@ func TestParseReplyBarrier(t *testing.T) {
 		{"no entry for a barrier", []any{int64(1), "42", "", int64(0), none}, flying, fencestore.Flight{}, nil, false},
 		{"another order", []any{int64(1), "42", orderSeq + second + "x", int64(0), none}, flying, fencestore.Flight{}, nil, false},
 		{"short member", []any{int64(1), "42", order + ":1:x", int64(0), none}, flying, fencestore.Flight{}, nil, false},
-		{"older 2", []any{int64(1), "42", member, int64(2), olderMember}, flying, fencestore.Flight{}, nil, false},
+		{"older 2 short of the cap", []any{int64(1), "42", member, int64(2), olderMember}, flying, fencestore.Flight{}, nil, false},
+		{"older 3", []any{int64(1), "42", member, int64(3), olderMember}, flying, fencestore.Flight{}, nil, false},
 		{"older without a snapshot", []any{int64(1), "42", member, int64(1), none}, flying, fencestore.Flight{}, nil, false},
 		{"a snapshot, not older", []any{int64(1), "42", member, int64(0), olderMember}, flying, fencestore.Flight{}, nil, false},
 		{"a snapshot of a later order", []any{int64(1), "42:7", orderSeq + second + "x", int64(1), orderSeq + second + "y"}, flyingSeq,
@@ -139,9 +140,9 @@ func TestParseReplyBarrier(t *testing.T) {
 		{"refused, no entry", []any{int64(0), "43", "", int64(0), none}, flying, fencestore.Flight{}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, olders, err := parseReply(append(tc.reply, int64(0), "0"), tc.a, fkey, "")
-			if (err == nil) != tc.ok || d.Flight != tc.want || fmt.Sprint(olders) != fmt.Sprint(tc.olders) {
-				t.Errorf("parseReply(%#v) = %+v %v, %v; want flight %+v %v, ok=%t", tc.reply, d.Flight, olders, err, tc.want, tc.olders, tc.ok)
+			d, snap, err := parseReply(append(tc.reply, int64(0), "0"), tc.a, fkey, "")
+			if (err == nil) != tc.ok || d.Flight != tc.want || fmt.Sprint(snap.olders) != fmt.Sprint(tc.olders) || snap.more {
+				t.Errorf("parseReply(%#v) = %+v %v, %v; want flight %+v %v, ok=%t", tc.reply, d.Flight, snap, err, tc.want, tc.olders, tc.ok)
 			}
 		})
 	}

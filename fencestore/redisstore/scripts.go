@@ -9,7 +9,9 @@ import (
 // The Lua scripts. Each is compiled once: its SHA-1, which EVALSHA names, is
 // computed here rather than per call. The scripts that read or compare
 // marks run behind marks.lua, the helpers they share (canonical decimals,
-// their comparison, the stored mark's form, pcall that returns the error):
+// their comparison, the stored mark's form, pcall that returns the error),
+// and those of the drain barrier behind flight.lua too (entering and
+// releasing an in-flight entry, which admit.lua and release.lua share):
 // Redis runs a script as one chunk and has no import.
 //
 // Each begins with a Redis 7 shebang whose flags omit no-writes: Redis then
@@ -33,13 +35,15 @@ var (
 	raiseFile string
 	//go:embed reset.lua
 	resetFile string
+	//go:embed flight.lua
+	flightLib string
 	//go:embed release.lua
 	releaseFile string
 	//go:embed marklost.lua
 	markLostFile string
 
-	admitSource   = writeShebang + marksLib + admitFile
-	releaseSource = releaseShebang + marksLib + releaseFile
+	admitSource   = writeShebang + marksLib + flightLib + admitFile
+	releaseSource = releaseShebang + marksLib + flightLib + releaseFile
 
 	admitScript   = redis.NewScript(admitSource)
 	raiseScript   = redis.NewScript(writeShebang + marksLib + raiseFile)

@@ -1,0 +1,356 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+)
+
+// Admit runs the admission script on a's key, which decides as a.Decide
+// does over the mark stored there ("token" or "token:sequence", see
+// fencestore.ParseMarkValue). With MinReplicas it then
+// waits for the replicas on the same connection, and reports a decision that
+// too few of them acknowledged as an error: not an admission, and not a
+// refusal either, since a refusal reports the mark, and a mark the replicas do
+// not have (written by an admission whose own WAIT failed) can be lost in a
+// failover after a client was told of it.
+//
+// A floor (a.HasFloor) heals a regressed mark in the same script run (see
+// doc.go). Once Expect named an identity record, the same run checks it
+// (on a Cluster, the record in the mark's slot: slots.go), and an
+// admission that finds it gone or changed fails with the
+// *fencestore.LostError itself, having written nothing.
+func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return fencestore.Decision{}, fencestore.Unavailable(err)
+	}
+	// A release of this admission's entry is moot once its bound and the
+	// margin have passed since now (release.go).
+	start := time.Now()
+	key, err := s.markKey("admit", a.Resource)
+	if err != nil {
+		return fencestore.Decision{}, fencestore.Unavailable(err)
+	}
+	fkey, sameSlot := flightKey(key)
+	fl := s.barrierArg(a)
+	switch {
+	case fl == "":
+		// The script does not touch the in-flight key, but a Cluster
+		// still refuses keys of two slots (CROSSSLOT): the mark key
+		// again stands in for it.
+		fkey = key
+	case !sameSlot && s.sharded():
+		// The script would touch keys of two slots: Cluster refuses it,
+		// and a Ring may send it where one of them is not.
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, errNoFlightSlot))
+	default:
+		// Announcements reach a waiter from the subscription that was up
+		// when its admission was sent (drain.go).
+		s.startListening()
+	}
+	moot := start.Add(time.Duration(flightMillis(a))*time.Millisecond + fencestore.AbandonMargin)
+	epoch, _ := s.epochNow()
+	c := call{keys: [2]string{key, fkey}, tok: strconv.FormatUint(a.Token, 10), mode: "ge", fl: fl}
+	if a.Compare == fencestore.Greater {
+		c.mode = "gt"
+	}
+	if a.HasSequence {
+		c.seq = strconv.FormatUint(a.Sequence, 10) // else "", the script's "no sequence"
+	}
+	if a.HasFloor {
+		c.floor = floorArg(a)
+	}
+	if want := s.expect.Load(); want != nil && *want != "" {
+		idKey, err := s.recordFor(key)
+		if err != nil {
+			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+		}
+		c.id = [2]string{idKey, *want}
+		if c.gen, c.part = s.generationFor(key); c.gen != "" {
+			c.seen = s.gens.Seen(c.part)
+		}
+	}
+	var (
+		reply any
+		wait  *redis.IntCmd
+	)
+	switch {
+	case s.batch != nil && s.minReplicas <= 0:
+		reply, err = s.batch.admit(ctx, c) // the batch reports its round trip
+	default:
+		start := time.Now() // of the round trip
+		if s.minReplicas > 0 {
+			reply, wait, err = s.admitAndWait(ctx, c)
+		} else {
+			reply, err = s.run(ctx, c)
+		}
+		if s.onRoundTrip != nil {
+			s.onRoundTrip(fencestore.RoundTrip{Admissions: 1, Duration: time.Since(start), Failed: err != nil})
+		}
+	}
+	if err != nil {
+		s.refreshSlots()
+		if role := roleError(err); role != nil {
+			// Redis refused the script before it ran: nothing to abandon.
+			return fencestore.Decision{}, role
+		}
+		if ctx.Err() != nil || mayHaveRun(err) {
+			s.abandon(a, fkey, fl, moot)
+		}
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+	}
+	d, snap, err := parseReply(reply, a, fkey, c.id[1])
+	if lost, ok := err.(*fencestore.LostError); ok {
+		// The script wrote nothing, and entered nothing in flight.
+		if lost.Rollback {
+			lost.Seen = max(lost.Seen, c.seen)
+		}
+		return fencestore.Decision{}, lost
+	}
+	if err != nil {
+		s.abandon(a, fkey, fl, moot)
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
+	}
+	if c.gen != "" {
+		s.gens.See(c.part, d.Generation)
+	}
+	if d.Flight.Registered() {
+		s.flights.put(d.Flight.Ref, &flight{key: fkey, moot: moot, olders: snap.olders, more: snap.more, admitted: time.Now(), epoch: epoch})
+	}
+	if wait == nil {
+		return d, nil
+	}
+	// A decision WAIT does not stand behind is an error: its entry, if it
+	// made one, holds nobody back any longer.
+	acked, err := wait.Result()
+	if err != nil {
+		s.Release(d.Flight)
+		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: WAIT: %w", key, err))
+	}
+	if acked < int64(s.minReplicas) {
+		s.Release(d.Flight)
+		return fencestore.Decision{}, fencestore.Unavailable(&ReplicaAckError{
+			Key: key, Acked: int(acked), Want: s.minReplicas, Timeout: s.waitTimeout,
+		})
+	}
+	return d, nil
+}
+
+// call is one admission as admit.lua takes it: its mark key and in-flight
+// key, its token, mode ("ge", "gt"), sequence, barrier and floor arguments
+// ("" for none), and the identity key and the identity the script expects
+// there (both "" for no check); with the identity, the generation key of
+// the mark's slot (gen, "" for none), its part of Store.gens, and the
+// greatest generation seen there.
+type call struct {
+	keys                      [2]string
+	tok, mode, seq, fl, floor string
+	id                        [2]string
+	gen                       string
+	part                      int
+	seen                      uint64
+}
+
+// script returns the keys and arguments of one run of admit.lua for cs,
+// which share their identity check and generation key (cs[0]'s), with "w"
+// when w. The generation passed is the greatest any of them has seen.
+func script[T interface{ callOf() *call }](cs []T, w bool) ([]string, []any) {
+	keys := make([]string, 0, 2*len(cs)+2)
+	args := make([]any, 0, 5*len(cs)+3)
+	var seen uint64
+	for _, x := range cs {
+		c := x.callOf()
+		keys = append(keys, c.keys[0], c.keys[1])
+		args = append(args, c.tok, c.mode, c.seq, c.fl, c.floor)
+		seen = max(seen, c.seen)
+	}
+	if w {
+		args = append(args, "w")
+	}
+	if len(cs) > 0 {
+		if c := cs[0].callOf(); c.id[1] != "" {
+			keys, args = append(keys, c.id[0]), append(args, c.id[1])
+			if c.gen != "" {
+				keys, args = append(keys, c.gen), append(args, strconv.FormatUint(seen, 10))
+			}
+		}
+	}
+	return keys, args
+}
+
+// floorArg is a's floor as admit.lua takes it: the mark as stored, "@",
+// and the generation it was seen at.
+func floorArg(a fencestore.Admission) string {
+	b := a.Floor.AppendValue(make([]byte, 0, 48))
+	b = append(b, '@')
+	return string(strconv.AppendUint(b, a.FloorGeneration, 10))
+}
+
+func (c *call) callOf() *call { return c }
+
+// run admits c with one script run. On a cluster it runs on the node
+// client of the key's master, for the reason execNodes gives: the
+// ClusterClient's own Process re-sends a command after a network error (up
+// to MaxRedirects times, whatever MaxRetries says).
+//
+// The releases of its in-flight key still pending go ahead of it in one
+// pipeline, so that a release made before the admission runs before it.
+func (s *Store) run(ctx context.Context, c call) (any, error) {
+	var p scriptPipeliner = s.client
+	if cluster, ok := s.client.(*redis.ClusterClient); ok {
+		node, err := cluster.MasterForKey(ctx, c.keys[0])
+		if err != nil {
+			return nil, err
+		}
+		p = node
+	}
+	if s.rides() {
+		// The releases ride the admission's own run.
+		all, owned := s.riders(c.keys[1], c.fl != "")
+		keys, args := script([]*call{&c}, false)
+		if len(all) > 0 {
+			keys, args = withReleases(all, s.channel, keys, args)
+		}
+		reply, err := admitScript.Run(ctx, p, keys, args...).Result()
+		s.settleRiders(owned, err)
+		return reply, err
+	}
+	var rels []release
+	if c.fl != "" {
+		rels = s.pend.forKey(nil, c.keys[1])
+	}
+	if len(rels) == 0 {
+		keys, args := script([]*call{&c}, false)
+		return admitScript.Run(ctx, p, keys, args...).Result()
+	}
+	// Their senders own them and send them again if these fail: the
+	// errors are theirs to see.
+	a := &admission{call: c}
+	pipelineScripts(ctx, p, s.channel, []*admission{a}, rels, nil, make([]error, len(rels)))
+	return a.reply, a.err
+}
+
+// refreshSlots asks a cluster client for a fresh slot map after an admission
+// failed: the error may be a redirection (MOVED) or a master that no longer
+// answers (a failover moves its slots to a replica), and admissions bypass
+// the ClusterClient's own paths, which would have noticed. The reload runs in
+// the background, at most one at a time.
+func (s *Store) refreshSlots() {
+	if cluster, ok := s.client.(*redis.ClusterClient); ok {
+		cluster.ReloadState(context.Background())
+	}
+}
+
+// admitAndWait sends the script and WAIT in one pipeline, so they run on one
+// connection: WAIT counts the replicas that have the writes of its own
+// connection. The script always writes ("w"), so the count also covers a mark
+// that an equal token relied on, or a refusal reported, and another
+// connection wrote.
+func (s *Store) admitAndWait(ctx context.Context, c call) (any, *redis.IntCmd, error) {
+	keys, args := script([]*call{&c}, true)
+	key, fkey := c.keys[0], c.keys[1]
+	node, err := s.nodeFor(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cmd *redis.Cmd
+	var wait *redis.IntCmd
+	// The releases of fkey still pending go first (run says why); on a
+	// single server inside the admission's run, with the others nobody
+	// sends yet.
+	var rels, owned []release
+	if s.rides() {
+		var all []release
+		all, owned = s.riders(fkey, c.fl != "")
+		if len(all) > 0 {
+			keys, args = withReleases(all, s.channel, keys, args)
+		}
+	} else if c.fl != "" {
+		rels = s.pend.forKey(nil, fkey)
+	}
+	relCmds := make([]*redis.Cmd, len(rels))
+	for _, eval := range []bool{false, true} {
+		pipe := node.Pipeline()
+		for i, r := range rels {
+			if eval {
+				relCmds[i] = releaseScript.Eval(ctx, pipe, []string{r.key}, r.member, s.channel)
+			} else {
+				relCmds[i] = releaseScript.EvalSha(ctx, pipe, []string{r.key}, r.member, s.channel)
+			}
+		}
+		if eval {
+			cmd = admitScript.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmd = admitScript.EvalSha(ctx, pipe, keys, args...)
+		}
+		// Pipeliner lacks Wait; this is the command Client.Wait builds.
+		wait = redis.NewIntCmd(ctx, "wait", s.minReplicas, s.waitTimeout.Milliseconds())
+		_ = pipe.Process(ctx, wait)
+		// Each command keeps its own error; Exec's is the first of them.
+		_, _ = pipe.Exec(ctx)
+		// NOSCRIPT means the script did not run, so running it again is
+		// safe. EVAL also caches it, so EVALSHA works next time.
+		if !eval && isNoScript(cmd.Err()) {
+			continue
+		}
+		break
+	}
+	reply, err := cmd.Result()
+	s.settleRiders(owned, err)
+	// A release that met NOSCRIPT did not run ahead of the admission: it
+	// runs now, and the admission looks again (recheck). Its sender owns it
+	// and sends it again if this fails.
+	var late map[string]bool
+	for i, rc := range relCmds {
+		if isNoScript(rc.Err()) {
+			_ = releaseScript.Run(ctx, node, []string{rels[i].key}, rels[i].member, s.channel).Err()
+			late = map[string]bool{fkey: true}
+		}
+	}
+	if err == nil && late != nil {
+		recheck(ctx, node, []*admission{{call: c, reply: reply}}, late)
+	}
+	return reply, wait, err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// nodeFor returns a client whose pipelines run on one connection to the node
+// that owns key. A cluster or ring client would route the keyless WAIT to some
+// other node (and a cluster client re-sends the script after a lost reply: see
+// execNodes).
+func (s *Store) nodeFor(ctx context.Context, key string) (scriptPipeliner, error) {
+	switch c := s.client.(type) {
+	case masterForKeyer:
+		return c.MasterForKey(ctx, key)
+	case shardForKeyer:
+		return c.GetShardClientForKey(key)
+	}
+	return s.client, nil
+}
+
+// The narrow interfaces nodeFor needs; the assertions keep them in step with
+// go-redis, since a type switch would silently stop matching.
+type (
+	pipeliner      interface{ Pipeline() redis.Pipeliner }
+	masterForKeyer interface {
+		MasterForKey(context.Context, string) (*redis.Client, error)
+	}
+	shardForKeyer interface {
+		GetShardClientForKey(string) (*redis.Client, error)
+	}
+)
+
+var (
+	_ masterForKeyer = (*redis.ClusterClient)(nil)
+	_ shardForKeyer  = (*redis.Ring)(nil)
+	_ pipeliner      = (*redis.Client)(nil)
+)

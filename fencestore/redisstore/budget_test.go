@@ -1,0 +1,136 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+)
+
+// TestAdmissionCommandBudget holds the commands Redis runs per admitted
+// request in the common case to a stated budget: one writer, 1,000
+// resources, each request a token above every one before on its resource,
+// nothing older in flight, each released after its admission. The counts
+// are INFO commandstats deltas against a real redis-server, so they are
+// exact, not timed. The releases linger a minute for an admission to ride
+// (Options.ReleaseLinger): with one writer the next admission always
+// comes first, so each release rides it, whatever the machine's load (the
+// default linger, 500µs, makes that the usual case, not a certainty), with
+// group commit and without. The
+// last release goes alone at Close: a run of release.lua, which the server
+// has not seen yet (NOSCRIPT, then EVAL), with its ZREM and ZRANGEBYLEX.
+//
+// Per admission, barrier on: one script run carrying the admission and the
+// release before it, GET and SET of the mark, ZRANGEBYLEX (the snapshot),
+// ZADD (the entry) and PEXPIRE NX (the new in-flight key's TTL), and the
+// release's ZREM and ZRANGEBYLEX (whether anyone can wait for it): 8. A
+// store whose identity is checked adds GET (identity) and HMGET and
+// HINCRBY (generation) once per script run: 11.
+func TestAdmissionCommandBudget(t *testing.T) {
+	srv := redistest.Start(t)
+	const resources, n = 1000, 300
+	for _, tc := range []struct {
+		name     string
+		drain    bool
+		identity bool
+		opts     redisstore.Options
+		// budget is the commands per admission, the script runs counted;
+		// runs the script runs per admission.
+		budget, runs int64
+	}{
+		{"barrier off", false, false, redisstore.Options{}, 3, 1},
+		{"barrier on", true, false, redisstore.Options{}, 8, 1},
+		{"barrier on, identity checked", true, true, redisstore.Options{}, 11, 1},
+		{"barrier on, no batching", true, false, redisstore.Options{MaxBatch: -1}, 8, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.ReleaseLinger = time.Minute
+			s, _ := newStore(t, srv, tc.opts)
+			ctx := t.Context()
+			if tc.identity {
+				id, err := s.Init(ctx, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Expect(id)
+			}
+			var flight time.Duration
+			if tc.drain {
+				flight = 30 * time.Second
+			}
+			admit := func(i int) {
+				t.Helper()
+				d, err := s.Admit(ctx, fencestore.Admission{Resource: "r" + strconv.Itoa(i%resources),
+					Token: uint64(1_000_000 + i), Flight: flight})
+				switch {
+				case err != nil:
+					t.Fatal(err)
+				case !d.Admitted || d.Flight.Older:
+					t.Fatalf("admission %d: %+v; want admitted, nothing older in flight", i, d)
+				}
+				s.Release(d.Flight)
+			}
+			// Every resource's mark set first: the loop is the steady state.
+			for i := range resources {
+				admit(i)
+			}
+			before := commandCounts(t, srv)
+			for i := resources; i < resources+n; i++ {
+				admit(i)
+			}
+			if err := s.Close(); err != nil { // sends the last release
+				t.Fatal(err)
+			}
+			after := commandCounts(t, srv)
+			delta := make(map[string]int64)
+			var calls int64
+			for name, c := range after {
+				if d := c - before[name]; d != 0 {
+					delta[name] = d
+					calls += d
+				}
+			}
+			runs := delta["evalsha"] + delta["eval"]
+			// The last release's runs alone, with the barrier.
+			var last, lastRuns int64
+			if tc.drain {
+				last, lastRuns = 4, 2
+			}
+			t.Logf("%d admissions: %d commands (%.2f per admission), %d script runs: %v",
+				n, calls, float64(calls)/n, runs, delta)
+			if calls > tc.budget*n+last {
+				t.Errorf("%d commands for %d admissions (%.2f each); budget %d each", calls, n, float64(calls)/n, tc.budget)
+			}
+			if runs > tc.runs*n+lastRuns {
+				t.Errorf("%d script runs for %d admissions; budget %d each", runs, n, tc.runs)
+			}
+			if p := delta["publish"]; p != 0 {
+				t.Errorf("%d PUBLISH: a release nobody can wait for was announced", p)
+			}
+		})
+	}
+}
+
+// commandCounts returns the calls of each command, INFO and a new
+// connection's handshake (HELLO, CLIENT SETINFO) left out: what the test
+// itself sends to read them.
+func commandCounts(t *testing.T, srv *redistest.Server) map[string]int64 {
+	t.Helper()
+	text, err := srv.Client(t).Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(fmt.Errorf("INFO commandstats: %w", err))
+	}
+	out := parseCommandStats(text)
+	for name := range out {
+		if name == "hello" || strings.HasPrefix(name, "client") {
+			delete(out, name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,267 @@
+package redisstore
+
+import (
+	"sync"
+	"time"
+)
+
+// pending is one release in the pending set.
+type pending struct {
+	sent      bool      // its owner (a pipeline, an admission, a sender of its own) sends it
+	until     time.Time // moot from then on (zero: one attempt)
+	notBefore time.Time // backoff: not taken before then
+	wait      time.Duration
+}
+
+// ackedRelease is a release acknowledged recently.
+type ackedRelease struct {
+	release
+	until, at time.Time
+}
+
+// pendingReleases are the releases not acknowledged yet. Admissions read
+// them so that a release made before an admission runs before it, though
+// the two travel apart: the pipeline that carries an admission also
+// carries the pending releases of the key it enters, ahead of it, on the
+// same connection. A release twice is harmless (the second finds nothing,
+// and announces nothing). Bounded: a release past the bound goes outside
+// it, without that promise.
+type pendingReleases struct {
+	mu  sync.Mutex
+	m   map[release]*pending
+	max int
+	// retry, when set, is called (once per backoff) when a release sent
+	// again becomes due.
+	retry    func()
+	timer    *time.Timer
+	timerDue time.Time
+	// recent are the releases acknowledged lately, oldest first.
+	recent []ackedRelease
+}
+
+// add puts r in the set, unless it is full; a release already there keeps
+// its place.
+func (p *pendingReleases) add(r release, until time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.m[r]; ok {
+		return true
+	}
+	if len(p.m) >= p.max {
+		return false
+	}
+	if p.m == nil {
+		p.m = make(map[release]*pending)
+	}
+	p.m[r] = &pending{until: until}
+	return true
+}
+
+// take appends to dst the releases due that nobody sends yet, which the
+// caller then owns (it calls done or failed for them once sent), and after
+// them those others send already, or that wait for their backoff, whose key
+// is in keys; it returns dst and how many of it the caller owns.
+func (p *pendingReleases) take(dst []release, keys map[string]bool) ([]release, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	var others []release
+	for r, e := range p.m {
+		switch {
+		case !e.sent && !now.Before(e.notBefore):
+			e.sent = true
+			dst = append(dst, r)
+		case keys[r.key]:
+			others = append(others, r)
+			if !e.sent { // waits for its backoff
+				p.schedule(e.notBefore)
+			}
+		case !e.sent:
+			p.schedule(e.notBefore)
+		}
+	}
+	return append(dst, others...), len(dst)
+}
+
+// claim takes r for its sender, unless it is gone (acknowledged) or
+// another sends it already (an admission that carries it).
+func (p *pendingReleases) claim(r release) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.m[r]
+	if e == nil || e.sent {
+		return false
+	}
+	e.sent = true
+	return true
+}
+
+// takeUnsent appends to dst up to max releases nobody sends yet, which the
+// caller then owns.
+func (p *pendingReleases) takeUnsent(dst []release, max int) []release {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for r, e := range p.m {
+		if n == max {
+			break
+		}
+		if !e.sent {
+			e.sent = true
+			dst = append(dst, r)
+			n++
+		}
+	}
+	return dst
+}
+
+// unsend gives back rs, which their owner failed to send, with their
+// bounds, for a sender of their own.
+func (p *pendingReleases) unsend(rs []release) []ackedRelease {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []ackedRelease
+	for _, r := range rs {
+		if e := p.m[r]; e != nil {
+			e.sent = false
+			out = append(out, ackedRelease{release: r, until: e.until})
+		}
+	}
+	return out
+}
+
+// forKey appends to dst every pending release of key, sent or not: an
+// admission without batching carries them (their senders still own them).
+func (p *pendingReleases) forKey(dst []release, key string) []release {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for r := range p.m {
+		if r.key == key {
+			dst = append(dst, r)
+		}
+	}
+	return dst
+}
+
+// done forgets rs, which the store acknowledged (or which are given up).
+func (p *pendingReleases) done(rs []release) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range rs {
+		delete(p.m, r)
+	}
+}
+
+// acked remembers rs, acknowledged now, for resendRecent.
+func (p *pendingReleases) acked(rs []release, until time.Time) {
+	if until.IsZero() || len(rs) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for _, r := range rs {
+		p.recent = append(p.recent, ackedRelease{release: r, until: until, at: now})
+	}
+	p.trimRecent(now)
+}
+
+// ackedEach is acked for releases of different bounds: it looks each up
+// in the set before done forgets it.
+func (p *pendingReleases) ackedEach(rs []release) {
+	p.mu.Lock()
+	now := time.Now()
+	for _, r := range rs {
+		if e := p.m[r]; e != nil && !e.until.IsZero() {
+			p.recent = append(p.recent, ackedRelease{release: r, until: e.until, at: now})
+		}
+	}
+	p.trimRecent(now)
+	p.mu.Unlock()
+	p.done(rs)
+}
+
+func (p *pendingReleases) trimRecent(now time.Time) {
+	drop := 0
+	for drop < len(p.recent) && (len(p.recent)-drop > recentReleases || now.Sub(p.recent[drop].at) > recentFor) {
+		drop++
+	}
+	if drop > 0 {
+		p.recent = append(p.recent[:0], p.recent[drop:]...)
+	}
+}
+
+// recentReleases returns the releases acknowledged in the last recentFor
+// that are not moot yet.
+func (p *pendingReleases) recentReleases() []ackedRelease {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	p.trimRecent(now)
+	var out []ackedRelease
+	for _, r := range p.recent {
+		if now.Before(r.until) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// failed takes rs back, which the store did not acknowledge (err): each
+// is due again after its backoff, or forgotten when it is moot by then. It
+// returns those given up.
+func (p *pendingReleases) failed(rs []release) (gaveUp []release) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for _, r := range rs {
+		e := p.m[r]
+		if e == nil {
+			continue
+		}
+		if e.wait == 0 {
+			e.wait = retryFirst
+		} else {
+			e.wait = min(2*e.wait, retryMax)
+		}
+		next := now.Add(e.wait)
+		if !next.Before(e.until) {
+			delete(p.m, r)
+			gaveUp = append(gaveUp, r)
+			continue
+		}
+		e.sent, e.notBefore = false, next
+		p.schedule(next)
+	}
+	return gaveUp
+}
+
+// schedule has retry called at due, unless it is called sooner already:
+// one timer for the earliest release due, and the pipeline it wakes sets it
+// again for the rest (take). p.mu is held.
+func (p *pendingReleases) schedule(due time.Time) {
+	if p.retry == nil || due.IsZero() || (!p.timerDue.IsZero() && !due.Before(p.timerDue)) {
+		return
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.timerDue = due
+	retry := p.retry
+	p.timer = time.AfterFunc(time.Until(due), func() {
+		p.mu.Lock()
+		p.timerDue = time.Time{}
+		p.mu.Unlock()
+		retry()
+	})
+}
+
+// stop ends the retry timer.
+func (p *pendingReleases) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.retry = nil
+}

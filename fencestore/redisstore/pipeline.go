@@ -1,0 +1,315 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The exchanges of group commit (batch.go): the pipelines a worker sends,
+// on a single server, a Cluster, or a Ring.
+
+// pipelineScripts pipelines one EVALSHA of release.lua per release of rels
+// (announcing on channel), then one of admit.lua per admission of live, on
+// p, sets each admission's reply, and each release's error in errs (aligned
+// with rels).
+func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, live []*admission, rels []release,
+	cmds []*redis.Cmd, errs []error,
+) []*redis.Cmd {
+	pipe := p.Pipeline()
+	var relCmds []*redis.Cmd
+	for _, r := range rels {
+		relCmds = append(relCmds, releaseScript.EvalSha(ctx, pipe, []string{r.key}, r.member, channel))
+	}
+	for _, a := range live {
+		keys, args := script([]*admission{a}, false)
+		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, keys, args...))
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+
+	// NOSCRIPT (a restarted or flushed server): the script did not run for
+	// those, so running them again with EVAL is safe, and caches it.
+	var retry redis.Pipeliner
+	var late map[string]bool
+	for i, c := range relCmds {
+		if isNoScript(c.Err()) {
+			if retry == nil {
+				retry = p.Pipeline()
+			}
+			relCmds[i] = releaseScript.Eval(ctx, retry, []string{rels[i].key}, rels[i].member, channel)
+			if late == nil {
+				late = make(map[string]bool)
+			}
+			late[rels[i].key] = true
+		}
+	}
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			if retry == nil {
+				retry = p.Pipeline()
+			}
+			keys, args := script(live[i:i+1], false)
+			cmds[i] = admitScript.Eval(ctx, retry, keys, args...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	for i, c := range relCmds {
+		errs[i] = c.Err()
+	}
+	for i, a := range live {
+		a.reply, a.err = cmds[i].Result()
+		cmds[i] = nil
+	}
+	recheck(ctx, p, live, late)
+	return cmds
+}
+
+// recheck narrows the snapshot of each admission of live that entered a
+// key of late to the entries still there: a release of that key meant to
+// run ahead of it ran after it (its EVALSHA met NOSCRIPT, and EVAL ran it
+// later). Its Drain would learn so from the release's announcement anyway;
+// this keeps Older exact. A look that fails leaves the snapshot as it was:
+// a Drain that looks when it need not, never an admission that should have
+// waited.
+func recheck(ctx context.Context, p pipeliner, live []*admission, late map[string]bool) {
+	if len(late) == 0 {
+		return
+	}
+	for _, a := range live {
+		r, ok := a.reply.([]any)
+		if a.err != nil || !ok || len(r) != replyLen || !late[a.keys[1]] || r[3] != int64(1) {
+			continue
+		}
+		text, ok := r[4].(string)
+		if !ok || text == "" {
+			continue
+		}
+		list := strings.Split(text, " ")
+		pipe := p.Pipeline()
+		args := []any{"zmscore", a.keys[1]}
+		for _, m := range list {
+			args = append(args, m)
+		}
+		cmd := pipe.Do(ctx, args...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			continue
+		}
+		scores, err := cmd.Slice()
+		if err != nil || len(scores) != len(list) {
+			continue
+		}
+		kept := make([]string, 0, len(list))
+		for i, v := range scores {
+			if v != nil {
+				kept = append(kept, list[i])
+			}
+		}
+		r[4] = strings.Join(kept, " ")
+		if len(kept) == 0 {
+			r[3] = int64(0)
+		}
+	}
+}
+
+// scriptPipeliner runs scripts, alone or in pipelines.
+type scriptPipeliner interface {
+	pipeliner
+	redis.Scripter
+}
+
+// execNodes admits live and releases rels on a cluster: it pipelines each
+// admission to the master that owns its key on that node's own client,
+// never on the ClusterClient's pipeline, which re-sends a batch after a lost
+// connection (up to MaxRedirects times, whatever MaxRetries says): an
+// admission that had run would run again, and a ">" one then be refused by
+// its own mark. A node client retries as MaxRetries allows, which New wants
+// at -1 (none). An admission's two keys share a slot (flightKey), so one
+// node has both; the releases go one per key, since one script run may
+// touch one slot only.
+//
+// A redirection (MOVED, ASK: the slot is elsewhere, or moving) is answered
+// as the error it is; the script did not run. Following it would take a
+// client for an address the ClusterClient does not lend out.
+func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []release, errs []error) {
+	type group struct {
+		live []*admission
+		rels []release
+		at   []int // each release's place in rels
+	}
+	groups := make(map[*redis.Client]*group)
+	groupFor := func(key string) (*group, error) {
+		node, err := b.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		g := groups[node]
+		if g == nil {
+			g = &group{}
+			groups[node] = g
+		}
+		return g, nil
+	}
+	for i, r := range rels {
+		g, err := groupFor(r.key)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		g.rels, g.at = append(g.rels, r), append(g.at, i)
+	}
+	for _, a := range live {
+		g, err := groupFor(a.keys[0])
+		if err != nil {
+			a.err = err
+			continue
+		}
+		g.live = append(g.live, a)
+	}
+	var wg sync.WaitGroup
+	for node, g := range groups {
+		wg.Go(func() {
+			gerrs := make([]error, len(g.rels))
+			pipelineScripts(ctx, node, b.channel, g.live, g.rels, make([]*redis.Cmd, 0, len(g.live)), gerrs)
+			for j, err := range gerrs {
+				errs[g.at[j]] = err
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// execOne admits live with one run of admit.lua over all their keys, in
+// queue order, and releases rels in the same run, ahead of them (one script
+// run, not two: the releases ride it); admit.lua's reply holds a {flag,
+// mark, member, older, olders, regressed, generation} group per admission.
+// Admissions that expect another identity than the one before them (an
+// Expect between the two) start a run of their own, in the same pipeline:
+// one run checks one identity. Releases with no admission to ride go in one
+// run of release.lua.
+func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release, errs []error) {
+	pipe := b.client.Pipeline()
+	type run struct {
+		live []*admission
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	var runs []*run
+	for i := 0; i < len(live); {
+		j := i + 1
+		for j < len(live) && live[j].id == live[i].id {
+			j++
+		}
+		r := &run{live: live[i:j]}
+		r.keys, r.args = script(r.live, false)
+		if i == 0 && len(rels) > 0 {
+			r.keys, r.args = withReleases(rels, b.channel, r.keys, r.args)
+		}
+		runs = append(runs, r)
+		i = j
+	}
+	var relKeys []string
+	var relArgs []any
+	var release *redis.Cmd
+	if len(runs) == 0 && len(rels) > 0 {
+		relKeys = make([]string, len(rels))
+		relArgs = make([]any, 0, len(rels)+1)
+		for i, r := range rels {
+			relKeys[i] = r.key
+			relArgs = append(relArgs, r.member)
+		}
+		relArgs = append(relArgs, b.channel)
+		release = releaseScript.EvalSha(ctx, pipe, relKeys, relArgs...)
+	}
+	for _, r := range runs {
+		r.cmd = admitScript.EvalSha(ctx, pipe, r.keys, r.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+
+	// NOSCRIPT: the script did not run, so running it again with EVAL is
+	// safe, and caches it. The runs keep their order, the releases riding
+	// the first one included.
+	var retry redis.Pipeliner
+	if release != nil && isNoScript(release.Err()) {
+		retry = b.client.Pipeline()
+		release = releaseScript.Eval(ctx, retry, relKeys, relArgs...)
+	}
+	for _, r := range runs {
+		if isNoScript(r.cmd.Err()) {
+			if retry == nil {
+				retry = b.client.Pipeline()
+			}
+			r.cmd = admitScript.Eval(ctx, retry, r.keys, r.args...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	if len(runs) > 0 && len(rels) > 0 {
+		release = runs[0].cmd
+		if refused(release.Err()) {
+			// Redis refused the admissions' run before it ran (above
+			// maxmemory, which admissions are not allowed past, say): the
+			// releases, which free memory, go on their own at once rather
+			// than wait for an admission that fares no better.
+			relKeys = make([]string, len(rels))
+			relArgs = make([]any, 0, len(rels)+1)
+			for i, r := range rels {
+				relKeys[i] = r.key
+				relArgs = append(relArgs, r.member)
+			}
+			relArgs = append(relArgs, b.channel)
+			release = releaseScript.Run(ctx, b.client, relKeys, relArgs...)
+		}
+	}
+	if release != nil {
+		// One run for them all: they fare alike.
+		if err := release.Err(); err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+	}
+	for _, r := range runs {
+		reply, err := r.cmd.Slice()
+		if err == nil && len(reply) != replyLen*len(r.live) {
+			err = fmt.Errorf("redisstore: batch of %d got %d replies", len(r.live), len(reply))
+		}
+		for i, a := range r.live {
+			if err != nil {
+				a.err = err
+			} else {
+				a.reply = reply[replyLen*i : replyLen*i+replyLen]
+			}
+		}
+	}
+}
+
+// withReleases returns the keys and arguments of a run of admit.lua that
+// releases rels (announcing on channel) ahead of the admissions of keys and
+// args.
+func withReleases(rels []release, channel string, keys []string, args []any) ([]string, []any) {
+	k := make([]string, 0, len(rels)+len(keys))
+	a := make([]any, 0, 3+len(rels)+len(args))
+	a = append(a, "r", strconv.Itoa(len(rels)), channel)
+	for _, r := range rels {
+		k = append(k, r.key)
+		a = append(a, r.member)
+	}
+	return append(k, keys...), append(a, args...)
+}
+
+// refused reports whether err is Redis's refusal of a script before it ran
+// (an error reply: out of memory, a replica's READONLY, an ACL), not a
+// failure of the connection, after which it may have run.
+func refused(err error) bool {
+	var rerr redis.Error
+	return err != nil && errors.As(err, &rerr) && !isNoScript(err) && !errors.Is(err, redis.Nil)
+}
