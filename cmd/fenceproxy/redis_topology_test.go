@@ -120,7 +120,7 @@ func wantNoEvictionAdvice(t *testing.T, p *program) {
 // CLUSTER SLOTS and COMMAND (see TestRedisCluster).
 var fenceACL = []any{"~fence:*", "~{fence:*", "resetchannels", "&fence:inflight", "-@all",
 	"+ping", "+evalsha", "+eval", "+get", "+set", "+wait", "+config|get", "+info", "+hmget", "+hincrby",
-	"+zadd", "+zrem", "+zrangebylex", "+pttl", "+pexpire", "+time", "+publish", "+subscribe", "+scan"}
+	"+zadd", "+zrem", "+zrangebylex", "+zmscore", "+pttl", "+pexpire", "+publish", "+subscribe", "+scan"}
 
 // addFenceUser creates the ACL user fence/secret with fenceACL and extra on
 // the server at addr (as the default user).
