@@ -70,7 +70,16 @@ func BenchmarkFeature(b *testing.B) {
 		{"client-request-id", tweak{req: func(r *http.Request) { r.Header[HeaderRequestID] = []string{"0123456789abcdef"} }}},
 		// Tracing wired as serve wires it, the sampler dropping every
 		// request (OTEL_TRACES_SAMPLER=always_off).
-		{"tracing-unsampled", tweak{wrap: unsampledTracing}},
+		{"tracing-unsampled", tweak{wrap: unsampledTracing(sdktrace.NeverSample())}},
+		// ... and the client's traceparent not sampled, the sampler
+		// parent-based (OTEL_TRACES_SAMPLER unset).
+		{"tracing-unsampled-parent", tweak{wrap: unsampledTracing(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+			req: func(r *http.Request) {
+				r.Header["Traceparent"] = []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}
+			}}},
+		// otelhttp around every request, sampled or not, as serve wired
+		// tracing before TraceWiring: what asking the sampler first saves.
+		{"tracing-unsampled-otelhttp", tweak{wrap: otelhttpEveryRequest}},
 		// A 20-byte body of known length, read whole before admission
 		// (readBodyFirst) ...
 		{"body", tweak{body: bodyBytes}},
@@ -205,10 +214,22 @@ func signedTokens(b *testing.B, cacheSize int) (*fencejwt.Verifier, []string) {
 	return fencejwt.NewVerifier(keys, 5*time.Second, cacheSize), toks
 }
 
-// unsampledTracing wires tracing as serve does (otelhttp around the
-// handler and the transport, the proxy given the provider), with a sampler
-// that drops every request.
-func unsampledTracing(b *testing.B, o *Options) func(http.Handler) http.Handler {
+// unsampledTracing wires tracing as serve does (TraceWiring around the
+// handler and the transport, the proxy given its provider), with sampler.
+func unsampledTracing(sampler sdktrace.Sampler) func(b *testing.B, o *Options) func(http.Handler) http.Handler {
+	return func(b *testing.B, o *Options) func(http.Handler) http.Handler {
+		w := NewTraceWiring(sampler, propagation.TraceContext{},
+			sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter())))
+		b.Cleanup(func() { _ = w.Provider().Shutdown(context.Background()) })
+		o.TracerProvider = w.Provider()
+		o.Transport = w.Transport(o.Transport)
+		return w.Handler
+	}
+}
+
+// otelhttpEveryRequest is otelhttp around the handler and the transport of
+// every request, with a sampler that drops them all.
+func otelhttpEveryRequest(b *testing.B, o *Options) func(http.Handler) http.Handler {
 	prop := propagation.TraceContext{}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()),
 		sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter())))
