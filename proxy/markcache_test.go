@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -207,4 +208,27 @@ func TestMarkShardOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkMarkCacheFull fills a cache of FENCE_MARK_CACHE's default and
+// reports its heap per resource and what one full collection costs with it
+// live (the collector marks it in every cycle). Reported, never asserted.
+//
+//	go test -run '^$' -bench BenchmarkMarkCacheFull -benchtime 20x ./proxy
+func BenchmarkMarkCacheFull(b *testing.B) {
+	const size = 100_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := newMarkCache(size)
+	for i := range size {
+		c.admitted(fmt.Sprintf("orders/%d", i), fencestore.Mark{Token: uint64(i)}, 1, false)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	for b.Loop() {
+		runtime.GC()
+	}
+	runtime.KeepAlive(c)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/size, "heap-B/resource")
 }

@@ -3,8 +3,10 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"math/rand/v2"
 	"net/http"
+	"unsafe"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -81,7 +83,8 @@ const traceparentKey = "Traceparent"
 func (h *sampledHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	parent := context.Background()
 	if len(r.Header[traceparentKey]) != 0 {
-		parent = h.w.prop.Extract(parent, propagation.HeaderCarrier(r.Header))
+		// The trace context alone: baggage does not decide sampling.
+		parent = propagation.TraceContext{}.Extract(parent, propagation.HeaderCarrier(r.Header))
 	}
 	psc := trace.SpanContextFromContext(parent)
 	tid, root := psc.TraceID(), !psc.TraceID().IsValid()
@@ -99,9 +102,34 @@ func (h *sampledHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(),
 		TraceFlags: psc.TraceFlags() &^ trace.FlagsSampled, TraceState: res.Tracestate})
-	ctx := trace.ContextWithSpanContext(r.Context(), sc)
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(r.Header))
-	h.plain.ServeHTTP(rw, r.WithContext(ctx))
+	// The upstream's traceparent, as the SDK's propagator would write it;
+	// the client's tracestate, which the span context carries unchanged,
+	// is forwarded as the client sent it.
+	r.Header[traceparentKey] = traceparent(sc)
+	h.plain.ServeHTTP(rw, r.WithContext(trace.ContextWithSpanContext(r.Context(), sc)))
+}
+
+// traceparent is sc as a W3C traceparent header value (version 00, the
+// flags the propagator keeps: sampled and random), its slice and its text
+// in one allocation.
+func traceparent(sc trace.SpanContext) []string {
+	v := new(traceparentValue)
+	t := v.text[:0]
+	t = append(t, "00-"...)
+	tid, sid := sc.TraceID(), sc.SpanID()
+	t = hex.AppendEncode(t, tid[:])
+	t = append(t, '-')
+	t = hex.AppendEncode(t, sid[:])
+	t = append(t, '-')
+	t = hex.AppendEncode(t, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	// The string shares v's bytes, never written again; it keeps v alive.
+	v.vals[0] = unsafe.String(&v.text[0], len(t))
+	return v.vals[:1:1]
+}
+
+type traceparentValue struct {
+	vals [1]string
+	text [55]byte // 2+1+32+1+16+1+2
 }
 
 type sampledTransport struct {
