@@ -36,28 +36,65 @@ import (
 //	go test -c -o /tmp/proxy.test ./proxy && valgrind --tool=callgrind \
 //	  /tmp/proxy.test -test.run '^$' -test.bench 'BenchmarkFeature/shipped$' -test.benchtime 20000x
 func BenchmarkFeature(b *testing.B) {
-	type tweak struct {
-		opts func(*Options)
-		p    func(*Proxy)
-		// req changes the request before it is served (a header, the body).
-		req func(*http.Request)
-		// wrap is around the proxy (tracing's server wiring).
-		wrap func(b *testing.B, o *Options) func(http.Handler) http.Handler
-		// body is the request's body; "" none.
-		body string
-		// signed sends signed tokens (one per resource, repeating) instead
-		// of a new decimal token per request; cache is the verifier's size
-		// (0 its default, negative none).
-		signed bool
-		cache  int
-		// want is the status; 0: 200. A 409 case first raises every mark.
-		want int
+	for _, c := range featureCases() {
+		b.Run(c.name, func(b *testing.B) { runFeature(b, c.tw) })
 	}
+}
+
+// BenchmarkFeatureRatio reports fenceproxy's time per admitted request
+// over httputil.ReverseProxy's (BenchmarkFeature's shipped and
+// plain-reverseproxy, in alternating runs of 100 requests, each timed on
+// its own; the collector's work falls on whichever allocates when it
+// starts). Reported, never asserted: the machine's load moves it.
+//
+//	go test -run '^$' -bench BenchmarkFeatureRatio -benchtime 20000x ./proxy
+func BenchmarkFeatureRatio(b *testing.B) {
+	var serve [2]func(int)
+	for _, c := range featureCases() {
+		switch c.name {
+		case "shipped":
+			serve[0] = setupFeature(b, c.tw)
+		case "plain-reverseproxy":
+			serve[1] = setupFeature(b, c.tw)
+		}
+	}
+	var spent [2]time.Duration
+	i := 1000
+	for b.Loop() {
+		i++
+		k := (i / 100) % 2
+		start := time.Now()
+		serve[k](i)
+		spent[k] += time.Since(start)
+	}
+	if spent[1] > 0 {
+		b.ReportMetric(float64(spent[0])/float64(spent[1]), "fenceproxy/plain")
+	}
+}
+
+// tweak is what a case of BenchmarkFeature changes.
+type tweak struct {
+	opts func(*Options)
+	p    func(*Proxy)
+	// req changes the request before it is served (a header, the body).
+	req func(*http.Request)
+	// wrap is around the proxy (tracing's server wiring).
+	wrap func(b *testing.B, o *Options) func(http.Handler) http.Handler
+	// body is the request's body; "" none.
+	body string
+	// signed sends signed tokens (one per resource, repeating) instead
+	// of a new decimal token per request; cache is the verifier's size
+	// (0 its default, negative none).
+	signed bool
+	cache  int
+	// want is the status; 0: 200. A 409 case first raises every mark.
+	want int
+}
+
+// featureCases are BenchmarkFeature's cases, the shipped one first.
+func featureCases() []featureCase {
 	const bodyBytes = "0123456789abcdefghi\n" // the load benchmark's 20 bytes
-	cases := []struct {
-		name string
-		tw   tweak
-	}{
+	return []featureCase{
 		{"shipped", tweak{}},
 		// The barrier's registration and release (in the memory store;
 		// the Redis commands: BenchmarkAdmissionCommands).
@@ -70,7 +107,16 @@ func BenchmarkFeature(b *testing.B) {
 		{"client-request-id", tweak{req: func(r *http.Request) { r.Header[HeaderRequestID] = []string{"0123456789abcdef"} }}},
 		// Tracing wired as serve wires it, the sampler dropping every
 		// request (OTEL_TRACES_SAMPLER=always_off).
-		{"tracing-unsampled", tweak{wrap: unsampledTracing}},
+		{"tracing-unsampled", tweak{wrap: unsampledTracing(sdktrace.NeverSample())}},
+		// ... and the client's traceparent not sampled, the sampler
+		// parent-based (OTEL_TRACES_SAMPLER unset).
+		{"tracing-unsampled-parent", tweak{wrap: unsampledTracing(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+			req: func(r *http.Request) {
+				r.Header["Traceparent"] = []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}
+			}}},
+		// otelhttp around every request, sampled or not, as serve wired
+		// tracing before TraceWiring: what asking the sampler first saves.
+		{"tracing-unsampled-otelhttp", tweak{wrap: otelhttpEveryRequest}},
 		// A 20-byte body of known length, read whole before admission
 		// (readBodyFirst) ...
 		{"body", tweak{body: bodyBytes}},
@@ -99,77 +145,88 @@ func BenchmarkFeature(b *testing.B) {
 			return func(http.Handler) http.Handler { return rp }
 		}}},
 	}
-	up, _ := url.Parse("http://127.0.0.1:1")
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			tw := c.tw
-			o := Options{Upstream: up, Routes: mustRoutes(b, ordersRoutes), Store: memstore.New(), Transport: cannedTransport{},
-				MarkCache: 100_000}
-			var toks []string
-			if tw.signed {
-				o.Tokens, toks = signedTokens(b, tw.cache)
-			}
-			if tw.opts != nil {
-				tw.opts(&o)
-			}
-			var wrap func(http.Handler) http.Handler
-			if tw.wrap != nil {
-				wrap = tw.wrap(b, &o)
-			}
-			p, err := New(o)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if tw.p != nil {
-				tw.p(p)
-			}
-			var h http.Handler = p
-			if wrap != nil {
-				h = wrap(p)
-			}
-			want := cmpOr(tw.want, http.StatusOK)
-			token := func(i int) string { return strconv.Itoa(1_000_000 + i) }
-			switch {
-			case tw.signed:
-				token = func(i int) string { return toks[i%1000] }
-			case want == http.StatusConflict:
-				token = func(int) string { return "1" }
-			}
-			do := func(i int, tok string, want int) {
-				var rb io.Reader
-				if tw.body != "" {
-					rb = strings.NewReader(tw.body)
-				}
-				r := httptest.NewRequest("PUT", "/orders/"+strconv.Itoa(i%1000), rb)
-				r.Header.Set("Fencing-Token", tok)
-				if tw.req != nil {
-					tw.req(r)
-				}
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, r)
-				if w.Code != want {
-					b.Fatalf("status %d, want %d: %s", w.Code, want, w.Body)
-				}
-			}
-			// Every resource seen once before the loop (its mark set, its
-			// name interned, its signed token verified and cached), so the
-			// loop measures the steady state; for stale, each mark above
-			// every token of the loop.
-			for i := range 1000 {
-				tok := token(i)
-				if want == http.StatusConflict {
-					tok = "1000000"
-				}
-				do(i, tok, http.StatusOK)
-			}
-			b.ReportAllocs()
-			i := 1000
-			for b.Loop() {
-				i++
-				do(i, token(i), want)
-			}
-		})
+}
+
+type featureCase struct {
+	name string
+	tw   tweak
+}
+
+// runFeature is one case of BenchmarkFeature.
+func runFeature(b *testing.B, tw tweak) {
+	serve := setupFeature(b, tw)
+	b.ReportAllocs()
+	i := 1000
+	for b.Loop() {
+		i++
+		serve(i)
 	}
+}
+
+// setupFeature builds the handler of a case with every resource seen once
+// and returns what serves its i-th request.
+func setupFeature(b *testing.B, tw tweak) func(i int) {
+	up, _ := url.Parse("http://127.0.0.1:1")
+	o := Options{Upstream: up, Routes: mustRoutes(b, ordersRoutes), Store: memstore.New(), Transport: cannedTransport{},
+		MarkCache: 100_000}
+	var toks []string
+	if tw.signed {
+		o.Tokens, toks = signedTokens(b, tw.cache)
+	}
+	if tw.opts != nil {
+		tw.opts(&o)
+	}
+	var wrap func(http.Handler) http.Handler
+	if tw.wrap != nil {
+		wrap = tw.wrap(b, &o)
+	}
+	p, err := New(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if tw.p != nil {
+		tw.p(p)
+	}
+	var h http.Handler = p
+	if wrap != nil {
+		h = wrap(p)
+	}
+	want := cmpOr(tw.want, http.StatusOK)
+	token := func(i int) string { return strconv.Itoa(1_000_000 + i) }
+	switch {
+	case tw.signed:
+		token = func(i int) string { return toks[i%1000] }
+	case want == http.StatusConflict:
+		token = func(int) string { return "1" }
+	}
+	do := func(i int, tok string, want int) {
+		var rb io.Reader
+		if tw.body != "" {
+			rb = strings.NewReader(tw.body)
+		}
+		r := httptest.NewRequest("PUT", "/orders/"+strconv.Itoa(i%1000), rb)
+		r.Header.Set("Fencing-Token", tok)
+		if tw.req != nil {
+			tw.req(r)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			b.Fatalf("status %d, want %d: %s", w.Code, want, w.Body)
+		}
+	}
+	// Every resource seen once before the loop (its mark set, its
+	// name interned, its signed token verified and cached), so the
+	// loop measures the steady state; for stale, each mark above
+	// every token of the loop.
+	for i := range 1000 {
+		tok := token(i)
+		if want == http.StatusConflict {
+			tok = "1000000"
+		}
+		do(i, tok, http.StatusOK)
+	}
+	return func(i int) { do(i, token(i), want) }
 }
 
 func cmpOr(a, b int) int {
@@ -205,10 +262,22 @@ func signedTokens(b *testing.B, cacheSize int) (*fencejwt.Verifier, []string) {
 	return fencejwt.NewVerifier(keys, 5*time.Second, cacheSize), toks
 }
 
-// unsampledTracing wires tracing as serve does (otelhttp around the
-// handler and the transport, the proxy given the provider), with a sampler
-// that drops every request.
-func unsampledTracing(b *testing.B, o *Options) func(http.Handler) http.Handler {
+// unsampledTracing wires tracing as serve does (TraceWiring around the
+// handler and the transport, the proxy given its provider), with sampler.
+func unsampledTracing(sampler sdktrace.Sampler) func(b *testing.B, o *Options) func(http.Handler) http.Handler {
+	return func(b *testing.B, o *Options) func(http.Handler) http.Handler {
+		w := NewTraceWiring(sampler, propagation.TraceContext{},
+			sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter())))
+		b.Cleanup(func() { _ = w.Provider().Shutdown(context.Background()) })
+		o.TracerProvider = w.Provider()
+		o.Transport = w.Transport(o.Transport)
+		return w.Handler
+	}
+}
+
+// otelhttpEveryRequest is otelhttp around the handler and the transport of
+// every request, with a sampler that drops them all.
+func otelhttpEveryRequest(b *testing.B, o *Options) func(http.Handler) http.Handler {
 	prop := propagation.TraceContext{}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()),
 		sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(tracetest.NewNoopExporter())))

@@ -3,12 +3,15 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,4 +245,55 @@ func rawServer(t *testing.T, raw string) string {
 		wg.Wait()
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// setXForwarded sets exactly what httputil's SetXForwarded sets, for every
+// kind of inbound request; and the copy buffers recycle without allocating.
+func TestSetXForwardedAsHTTPUtil(t *testing.T) {
+	tests := []struct {
+		name, remote, host, prior string
+		tls                       bool
+	}{
+		{name: "plain", remote: "10.0.0.1:5555", host: "app"},
+		{name: "IPv6", remote: "[::1]:5555", host: "app:8080"},
+		{name: "TLS", remote: "10.0.0.1:5555", host: "app", tls: true},
+		{name: "prior X-Forwarded-For on the outgoing request", remote: "10.0.0.1:5555", host: "app", prior: "1.2.3.4, 5.6.7.8"},
+		{name: "no address", remote: "", host: "app", prior: "1.2.3.4"},
+		{name: "no Host", remote: "10.0.0.1:5555"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pr := func() *httputil.ProxyRequest {
+				in := httptest.NewRequest("PUT", "/x", nil)
+				in.RemoteAddr, in.Host = tc.remote, tc.host
+				if tc.tls {
+					in.TLS = &tls.ConnectionState{}
+				}
+				out := in.Clone(context.Background())
+				out.Header = http.Header{"Other": {"1"}}
+				if tc.prior != "" {
+					out.Header["X-Forwarded-For"] = []string{tc.prior}
+				}
+				return &httputil.ProxyRequest{In: in, Out: out}
+			}
+			want, got := pr(), pr()
+			want.SetXForwarded()
+			setXForwarded(got)
+			if !reflect.DeepEqual(got.Out.Header, want.Out.Header) {
+				t.Fatalf("headers %v, httputil sets %v", got.Out.Header, want.Out.Header)
+			}
+			got.Out.Header.Add("X-Forwarded-Host", "more") // an Add must not write into the next value
+			if got.Out.Header.Get("X-Forwarded-Proto") != want.Out.Header.Get("X-Forwarded-Proto") {
+				t.Fatal("an Add to X-Forwarded-Host changed X-Forwarded-Proto")
+			}
+		})
+	}
+	if raceEnabled {
+		return // sync.Pool drops items on purpose under -race
+	}
+	var b bufferPool
+	b.Put(b.Get())
+	if n := testing.AllocsPerRun(100, func() { b.Put(b.Get()) }); n != 0 {
+		t.Fatalf("a copy buffer's round trip allocates %.0f times", n)
+	}
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"container/list"
 	"hash/maphash"
 	"sync"
 
@@ -28,6 +27,14 @@ import (
 // never adds one, so names invented by a client that are refused never
 // evict a floor, and a resource admitted often stays. Sharded, so that
 // admissions of different resources rarely meet on a lock.
+//
+// Pointer-free but for the names: a shard's entries are one slice, linked
+// in recency order by index, and found by the full 64-bit hash of their
+// name in a map of integers, so a collection marks one slice per shard and
+// each name, not a list element, an entry and a boxed value per resource.
+// Two names with the same hash share a slot: the name is compared on every
+// lookup, and the later admission takes the slot (a forgotten floor, never
+// a wrong one).
 type markCache struct {
 	seed     maphash.Seed
 	perShard int
@@ -38,17 +45,23 @@ const markShards = 64
 
 type markShard struct {
 	mu sync.Mutex
-	m  map[string]*list.Element // of *markEntry
-	// lru orders the entries by their last admission, the most recent
-	// first.
-	lru list.List
+	// index is each entry's slot in slots, by the hash of its resource.
+	index map[uint64]int32
+	// slots hold the entries, linked from the most recently admitted
+	// (head) to the least (tail); at most perShard.
+	slots      []markSlot
+	head, tail int32 // noSlot when empty
 }
 
-type markEntry struct {
-	resource string
-	mark     fencestore.Mark
-	gen      uint64
+type markSlot struct {
+	resource   string
+	hash       uint64
+	mark       fencestore.Mark
+	gen        uint64
+	prev, next int32 // toward head and toward tail; noSlot at the ends
 }
+
+const noSlot = -1
 
 // newMarkCache returns a cache of about size resources, or nil (no cache)
 // when size is not above zero.
@@ -59,24 +72,31 @@ func newMarkCache(size int) *markCache {
 	share := (size + markShards - 1) / markShards
 	c := &markCache{seed: maphash.MakeSeed(), perShard: share + share/4 + 8}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string]*list.Element)
+		c.shards[i].index = make(map[uint64]int32)
+		c.shards[i].head, c.shards[i].tail = noSlot, noSlot
 	}
 	return c
 }
 
-func (c *markCache) shard(resource string) *markShard {
-	return &c.shards[maphash.String(c.seed, resource)%markShards]
+// shard returns resource's shard and hash.
+func (c *markCache) shard(resource string) (*markShard, uint64) {
+	h := maphash.String(c.seed, resource)
+	return &c.shards[h%markShards], h
 }
 
 // get returns the mark remembered for resource and the generation it was
 // seen at.
 func (c *markCache) get(resource string) (fencestore.Mark, uint64, bool) {
-	s := c.shard(resource)
+	s, h := c.shard(resource)
+	return s.get(resource, h)
+}
+
+func (s *markShard) get(resource string, h uint64) (fencestore.Mark, uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.m[resource]; ok {
-		me := e.Value.(*markEntry)
-		return me.mark, me.gen, true
+	if i, ok := s.index[h]; ok && s.slots[i].resource == resource {
+		e := &s.slots[i]
+		return e.mark, e.gen, true
 	}
 	return fencestore.Mark{}, 0, false
 }
@@ -97,27 +117,71 @@ func (c *markCache) refused(resource string, m fencestore.Mark, gen uint64, repl
 }
 
 func (c *markCache) put(resource string, m fencestore.Mark, gen uint64, replace, add bool) {
-	s := c.shard(resource)
+	s, h := c.shard(resource)
+	s.put(resource, h, c.perShard, m, gen, replace, add)
+}
+
+// put is markCache.put in s, for resource of hash h.
+func (s *markShard) put(resource string, h uint64, perShard int, m fencestore.Mark, gen uint64, replace, add bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.m[resource]; ok {
-		me := e.Value.(*markEntry)
-		if replace || me.mark.Before(m) {
-			me.mark = m
+	i, ok := s.index[h]
+	if ok && s.slots[i].resource == resource {
+		e := &s.slots[i]
+		if replace || e.mark.Before(m) {
+			e.mark = m
 		}
-		me.gen = max(me.gen, gen)
+		e.gen = max(e.gen, gen)
 		if add {
-			s.lru.MoveToFront(e)
+			s.unlink(i)
+			s.pushFront(i)
 		}
 		return
 	}
 	if !add {
 		return
 	}
-	if s.lru.Len() >= c.perShard {
-		last := s.lru.Back()
-		s.lru.Remove(last)
-		delete(s.m, last.Value.(*markEntry).resource)
+	switch {
+	case ok: // another name with the same hash: the admission takes its slot
+		s.unlink(i)
+	case len(s.slots) < perShard:
+		i = int32(len(s.slots))
+		s.slots = append(s.slots, markSlot{})
+	default: // full: forget the least recently admitted
+		i = s.tail
+		s.unlink(i)
+		delete(s.index, s.slots[i].hash)
 	}
-	s.m[resource] = s.lru.PushFront(&markEntry{resource: resource, mark: m, gen: gen})
+	s.slots[i] = markSlot{resource: resource, hash: h, mark: m, gen: gen}
+	s.index[h] = i
+	s.pushFront(i)
+}
+
+// unlink takes slot i out of the recency order.
+func (s *markShard) unlink(i int32) {
+	e := &s.slots[i]
+	if e.prev == noSlot {
+		s.head = e.next
+	} else {
+		s.slots[e.prev].next = e.next
+	}
+	if e.next == noSlot {
+		s.tail = e.prev
+	} else {
+		s.slots[e.next].prev = e.prev
+	}
+	e.prev, e.next = noSlot, noSlot
+}
+
+// pushFront makes slot i, unlinked, the most recent.
+func (s *markShard) pushFront(i int32) {
+	e := &s.slots[i]
+	e.prev, e.next = noSlot, s.head
+	if s.head != noSlot {
+		s.slots[s.head].prev = i
+	}
+	s.head = i
+	if s.tail == noSlot {
+		s.tail = i
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -89,7 +90,11 @@ func TestMarkCacheBounded(t *testing.T) {
 	}
 	n := 0
 	for i := range small.shards {
-		n += len(small.shards[i].m)
+		sh := &small.shards[i]
+		if len(sh.index) != len(sh.slots) {
+			t.Fatalf("shard %d: %d names indexed, %d slots", i, len(sh.index), len(sh.slots))
+		}
+		n += len(sh.slots)
 	}
 	if n > 640+640/4+markShards*9 {
 		t.Fatalf("%d entries in a cache of 640", n)
@@ -139,4 +144,91 @@ func TestMarkCacheRespectsOperatorReset(t *testing.T) {
 	if m, _, _ := s.Get(ctx, "orders/9"); m.Token != 101 {
 		t.Fatalf("store mark %+v, want 101 (not raised back)", m)
 	}
+}
+
+// Within a shard: the least recently admitted is forgotten first, a
+// refusal does not make a resource recent, and two names of the same hash
+// never answer for each other (the later admission takes the slot).
+func TestMarkShardOrder(t *testing.T) {
+	type op struct {
+		do       string // admit, refuse, or get (want: remembered with token)
+		resource string
+		hash     uint64
+		token    uint64
+		want     bool
+	}
+	tests := []struct {
+		name string
+		ops  []op
+	}{
+		{"least recent forgotten", []op{
+			{"admit", "a", 1, 1, false}, {"admit", "b", 2, 1, false}, {"admit", "c", 3, 1, false},
+			{"admit", "d", 4, 1, false},
+			{"get", "a", 1, 0, false}, {"get", "b", 2, 1, true}, {"get", "d", 4, 1, true},
+		}},
+		{"an admission makes it recent", []op{
+			{"admit", "a", 1, 1, false}, {"admit", "b", 2, 1, false}, {"admit", "c", 3, 1, false},
+			{"admit", "a", 1, 2, false}, {"admit", "d", 4, 1, false},
+			{"get", "a", 1, 2, true}, {"get", "b", 2, 0, false}, {"get", "c", 3, 1, true},
+		}},
+		{"a refusal does not", []op{
+			{"admit", "a", 1, 1, false}, {"admit", "b", 2, 1, false}, {"admit", "c", 3, 1, false},
+			{"refuse", "a", 1, 5, false}, {"admit", "d", 4, 1, false}, {"admit", "e", 5, 1, false},
+			{"get", "a", 1, 0, false}, {"get", "b", 2, 0, false}, {"get", "c", 3, 1, true}, {"get", "e", 5, 1, true},
+		}},
+		{"same hash, other name", []op{
+			{"admit", "x", 9, 7, false}, {"get", "y", 9, 0, false},
+			{"refuse", "y", 9, 8, false}, {"get", "x", 9, 7, true}, {"get", "y", 9, 0, false},
+			{"admit", "y", 9, 3, false}, {"get", "x", 9, 0, false}, {"get", "y", 9, 3, true},
+		}},
+		{"slots reused after eviction", []op{
+			{"admit", "a", 1, 1, false}, {"admit", "b", 2, 1, false}, {"admit", "c", 3, 1, false},
+			{"admit", "d", 4, 1, false}, {"admit", "e", 5, 1, false}, {"admit", "f", 6, 1, false},
+			{"admit", "d", 4, 2, false}, {"admit", "g", 7, 1, false}, {"admit", "h", 8, 1, false},
+			{"get", "d", 4, 2, true}, {"get", "g", 7, 1, true}, {"get", "h", 8, 1, true},
+			{"get", "e", 5, 0, false}, {"get", "f", 6, 0, false},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := markShard{index: map[uint64]int32{}, head: noSlot, tail: noSlot}
+			for i, o := range tc.ops {
+				switch o.do {
+				case "admit", "refuse":
+					s.put(o.resource, o.hash, 3, fencestore.Mark{Token: o.token}, 1, false, o.do == "admit")
+				case "get":
+					m, _, ok := s.get(o.resource, o.hash)
+					if ok != o.want || (ok && m.Token != o.token) {
+						t.Fatalf("op %d: %s = %d %v, want %d %v", i, o.resource, m.Token, ok, o.token, o.want)
+					}
+				}
+				if len(s.slots) > 3 || len(s.index) != len(s.slots) {
+					t.Fatalf("op %d: %d slots, %d indexed (at most 3)", i, len(s.slots), len(s.index))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMarkCacheFull fills a cache of FENCE_MARK_CACHE's default and
+// reports its heap per resource and what one full collection costs with it
+// live (the collector marks it in every cycle). Reported, never asserted.
+//
+//	go test -run '^$' -bench BenchmarkMarkCacheFull -benchtime 20x ./proxy
+func BenchmarkMarkCacheFull(b *testing.B) {
+	const size = 100_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := newMarkCache(size)
+	for i := range size {
+		c.admitted(fmt.Sprintf("orders/%d", i), fencestore.Mark{Token: uint64(i)}, 1, false)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	for b.Loop() {
+		runtime.GC()
+	}
+	runtime.KeepAlive(c)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/size, "heap-B/resource")
 }

@@ -67,9 +67,17 @@ type Contested struct {
 // resources are tracked; a new one takes the place of the least counted and
 // inherits its count, so a resource refused often is never missed, and a
 // count is over by at most what it inherited.
+//
+// The entries are kept in order of their counts, least first (the
+// algorithm's stream summary as one array): the least counted is the
+// first, and a count that grows by one moves its entry only to the end of
+// the run of entries with the same count (last), so a refusal costs a few
+// map lookups whatever the number tracked, not a scan of them all.
 type contestedResources struct {
-	mu      sync.Mutex
-	entries map[string]*Contested
+	mu     sync.Mutex
+	order  []Contested    // by Stale, least first
+	byName map[string]int // position in order
+	last   map[uint64]int // the last position in order with that Stale
 }
 
 const contestedSize = 100
@@ -77,36 +85,60 @@ const contestedSize = 100
 func (c *contestedResources) add(route, resource, mark string, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.entries == nil {
-		c.entries = make(map[string]*Contested, contestedSize)
+	if c.byName == nil {
+		c.order = make([]Contested, 0, contestedSize)
+		c.byName = make(map[string]int, contestedSize)
+		c.last = make(map[uint64]int, contestedSize)
 	}
-	e := c.entries[resource]
-	if e == nil {
-		var inherited uint64
-		if len(c.entries) >= contestedSize {
-			var least *Contested
-			for _, x := range c.entries {
-				if least == nil || x.Stale < least.Stale {
-					least = x
-				}
-			}
-			inherited = least.Stale
-			delete(c.entries, least.Resource)
+	i, ok := c.byName[resource]
+	switch {
+	case ok:
+	case len(c.order) < contestedSize:
+		// Not full yet (only the first contestedSize resources): the new
+		// entry, counted 0, goes first, and every position moves up one.
+		c.order = slices.Insert(c.order, 0, Contested{Resource: resource})
+		clear(c.last)
+		for j := range c.order {
+			c.byName[c.order[j].Resource] = j
+			c.last[c.order[j].Stale] = j
 		}
-		e = &Contested{Resource: resource, Stale: inherited}
-		c.entries[resource] = e
+		i = 0
+	default: // the least counted gives its place and its count
+		i = 0
+		delete(c.byName, c.order[0].Resource)
+		c.order[0].Resource = resource
+		c.byName[resource] = 0
 	}
+	i = c.bump(i)
+	e := &c.order[i]
 	e.Route, e.Mark, e.Last = route, mark, at
-	e.Stale++
+}
+
+// bump counts one more refusal for the entry at i, keeping order by
+// count, and returns the entry's new position.
+func (c *contestedResources) bump(i int) int {
+	n := c.order[i].Stale
+	if end := c.last[n]; end != i { // the end of n's run: its place now
+		c.order[i], c.order[end] = c.order[end], c.order[i]
+		c.byName[c.order[i].Resource], c.byName[c.order[end].Resource] = i, end
+		i = end
+	}
+	if i > 0 && c.order[i-1].Stale == n {
+		c.last[n] = i - 1
+	} else {
+		delete(c.last, n)
+	}
+	c.order[i].Stale = n + 1
+	if _, ok := c.last[n+1]; !ok { // the first of n+1: the run after it, if any, counts more
+		c.last[n+1] = i
+	}
+	return i
 }
 
 // top returns the n most refused resources, most first.
 func (c *contestedResources) top(n int) []Contested {
 	c.mu.Lock()
-	out := make([]Contested, 0, len(c.entries))
-	for _, e := range c.entries {
-		out = append(out, *e)
-	}
+	out := slices.Clone(c.order)
 	c.mu.Unlock()
 	slices.SortFunc(out, func(a, b Contested) int {
 		if c := cmp.Compare(b.Stale, a.Stale); c != 0 {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
@@ -49,8 +50,70 @@ func TestContestedResources(t *testing.T) {
 	if top[0].Stale < 100 || top[1].Stale < 50 || top[0].Mark != "9" {
 		t.Errorf("counts below the truth or mark lost: %+v", top)
 	}
-	if len(c.entries) > contestedSize {
-		t.Errorf("%d entries tracked, bound %d", len(c.entries), contestedSize)
+	if len(c.order) > contestedSize {
+		t.Errorf("%d entries tracked, bound %d", len(c.order), contestedSize)
+	}
+}
+
+// The space-saving guarantees hold on every kind of stream, after every
+// refusal: the counts add up to the refusals, a tracked count is never
+// below its truth nor above it by more than the least count, every
+// resource refused more than N/contestedSize times is tracked, and the
+// entries stay in order of their counts with their positions indexed.
+func TestContestedResourcesGuarantees(t *testing.T) {
+	tests := []struct {
+		name string
+		next func(r *rand.Rand, i int) string
+	}{
+		{"few resources", func(r *rand.Rand, _ int) string { return fmt.Sprint("r", r.IntN(50)) }},
+		{"uniform over many", func(r *rand.Rand, _ int) string { return fmt.Sprint("r", r.IntN(5000)) }},
+		{"skewed", func(r *rand.Rand, _ int) string { return fmt.Sprint("r", int(1/(r.Float64()+1e-3))) }},
+		{"hot among noise", func(r *rand.Rand, i int) string {
+			if i%7 == 0 {
+				return "hot"
+			}
+			return fmt.Sprint("noise", i)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var c contestedResources
+			truth := map[string]uint64{}
+			r := rand.New(rand.NewPCG(1, 2))
+			const n = 5000
+			for i := 1; i <= n; i++ {
+				name := tc.next(r, i)
+				truth[name]++
+				c.add("r", name, "1", time.Time{})
+				checkContested(t, &c, truth, uint64(i))
+			}
+		})
+	}
+}
+
+func checkContested(t *testing.T, c *contestedResources, truth map[string]uint64, n uint64) {
+	t.Helper()
+	var sum uint64
+	least := c.order[0].Stale
+	for i, e := range c.order {
+		sum += e.Stale
+		if i > 0 && c.order[i-1].Stale > e.Stale {
+			t.Fatalf("after %d: out of order at %d", n, i)
+		}
+		if c.byName[e.Resource] != i || (i == len(c.order)-1 || c.order[i+1].Stale != e.Stale) != (c.last[e.Stale] == i) {
+			t.Fatalf("after %d: %s at %d indexed at %d, last of %d at %d", n, e.Resource, i, c.byName[e.Resource], e.Stale, c.last[e.Stale])
+		}
+		if tr := truth[e.Resource]; e.Stale < tr || (len(c.order) == contestedSize && e.Stale > tr+least) {
+			t.Fatalf("after %d: %s counted %d, truly %d, least %d", n, e.Resource, e.Stale, tr, least)
+		}
+	}
+	if sum != n || len(c.byName) != len(c.order) || len(c.order) > contestedSize {
+		t.Fatalf("after %d: counts add up to %d, %d indexed, %d tracked", n, sum, len(c.byName), len(c.order))
+	}
+	for name, tr := range truth {
+		if _, ok := c.byName[name]; tr > n/contestedSize && !ok {
+			t.Fatalf("after %d: %s refused %d times is not tracked", n, name, tr)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"math/rand/v2"
 	"net/http"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -36,9 +37,9 @@ func requestID(h http.Header) string {
 	if v := h[HeaderRequestID]; len(v) == 1 && validRequestID(v[0]) {
 		return v[0]
 	}
-	id := newRequestID()
-	h[HeaderRequestID] = []string{id}
-	return id
+	v := newRequestID()
+	h[HeaderRequestID] = v
+	return v[0]
 }
 
 // returnRequestID sets the request id of in (the request's headers) on w's
@@ -62,17 +63,25 @@ func validRequestID(id string) bool {
 }
 
 // newRequestID is 64 random bits as 16 lower-case hex digits, from the
-// runtime's per-thread generator (no lock, no allocation but the string).
-// Unique enough to find one request's lines; it is not a secret.
-func newRequestID() string {
+// runtime's per-thread generator (no lock), as a header value: the value's
+// slice (room for one) and its bytes are one allocation, not two. Unique
+// enough to find one request's lines; it is not a secret.
+func newRequestID() []string {
 	const digits = "0123456789abcdef"
-	var b [16]byte
+	v := new(requestIDValue)
 	x := rand.Uint64()
-	for i := len(b) - 1; i >= 0; i-- {
-		b[i] = digits[x&0xf]
+	for i := len(v.text) - 1; i >= 0; i-- {
+		v.text[i] = digits[x&0xf]
 		x >>= 4
 	}
-	return string(b[:])
+	// The string shares v's bytes, never written again; it keeps v alive.
+	v.vals[0] = unsafe.String(&v.text[0], len(v.text))
+	return v.vals[:1:1]
+}
+
+type requestIDValue struct {
+	vals [1]string
+	text [16]byte
 }
 
 // requestFields appends to fields the ones that tie a log line to its

@@ -10,16 +10,19 @@ import (
 )
 
 // Tracing (OpenTelemetry). The request's server span and the span of its
-// upstream exchange belong to the wiring (otelhttp around the handler and
-// the transport, in cmd/fenceproxy); the proxy adds one span of its own,
+// upstream exchange belong to the wiring (TraceWiring: otelhttp around the
+// handler and the transport for the requests the sampler keeps); the proxy
+// adds one span of its own,
 // fence.admit, a child of the server span: from the store's
 // compare-and-advance to the end of the wait at the drain barrier. It also
 // names the route and the decision on the server span.
 //
 // With no TracerProvider (tracing off) nothing here runs: no span is
-// started, no attribute built, no context looked up. With one whose sampler
-// drops the request, spans are started but not recording, and no attribute
-// is built.
+// started, no attribute built, no context looked up. A request whose server
+// span is not recording (the sampler dropped it) starts no fence.admit
+// either: every sampler the SDK knows decides a child of a sampled span as
+// it decided the span (same trace id, or its parent's flag), so asking
+// again could only cost.
 
 // admitSpanName is the name of the admission's span.
 const admitSpanName = "fence.admit"
@@ -44,7 +47,7 @@ const tracerName = "github.com/fenceproxy/fenceproxy/proxy"
 // startAdmit starts r's admission span for resource and token, or returns
 // nil when tracing is off or the request is not sampled.
 func (p *Proxy) startAdmit(r *http.Request, rt *route, resource string, token, seq uint64, hasSeq bool) trace.Span {
-	if p.tracer == nil {
+	if p.tracer == nil || !trace.SpanFromContext(r.Context()).IsRecording() {
 		return nil
 	}
 	_, span := p.tracer.Start(r.Context(), admitSpanName)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -26,19 +25,24 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore/memstore"
 )
 
-// tracedFixture is a fixture wired as serve wires tracing: otelhttp around
-// the handler and the Transport, the proxy given the same provider. Its
-// spans end up in the returned recorder.
+// tracedFixture is a fixture wired as serve wires tracing (TraceWiring
+// around the handler and the Transport, the proxy given its provider),
+// with the SDK's default sampler. Its spans end up in the returned recorder.
 func tracedFixture(t *testing.T, routesYAML string, store fencestore.Store, opts func(*Options)) (*fixture, *tracetest.SpanRecorder) {
+	return tracedFixtureWith(t, sdktrace.ParentBased(sdktrace.AlwaysSample()), routesYAML, store, opts)
+}
+
+// tracedFixtureWith is tracedFixture with sampler.
+func tracedFixtureWith(t *testing.T, sampler sdktrace.Sampler, routesYAML string, store fencestore.Store,
+	opts func(*Options)) (*fixture, *tracetest.SpanRecorder) {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	prop := propagation.TraceContext{}
+	wire := NewTraceWiring(sampler, propagation.TraceContext{}, sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = wire.Provider().Shutdown(context.Background()) })
 	f := &fixture{t: t, up: newUpstream(t), store: store, metrics: NewMetrics()}
 	f.upstream, _ = url.Parse(f.up.URL)
-	o := Options{Upstream: f.upstream, Routes: mustRoutes(t, routesYAML), Store: store, Metrics: f.metrics, TracerProvider: tp,
-		Transport: otelhttp.NewTransport(NewTransport(), otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(prop))}
+	o := Options{Upstream: f.upstream, Routes: mustRoutes(t, routesYAML), Store: store, Metrics: f.metrics,
+		TracerProvider: wire.Provider(), Transport: wire.Transport(NewTransport())}
 	if opts != nil {
 		opts(&o)
 	}
@@ -46,7 +50,7 @@ func tracedFixture(t *testing.T, routesYAML string, store fencestore.Store, opts
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.front = httptest.NewServer(otelhttp.NewHandler(p, "test", otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(prop)))
+	f.front = httptest.NewServer(wire.Handler(p))
 	t.Cleanup(f.front.Close)
 	return f, rec
 }

@@ -48,6 +48,7 @@ type serveHooks struct {
 func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serveHooks) error {
 	log := newLogger(cfg.LogLevel, stderr)
 	defer func() { _ = log.Sync() }()
+	gc := osGCSettings()                                                   // GOGC and GOMEMLIMIT's defaults (gcsettings.go)
 	tr, err := startTracing(ctx, log.Named("tracing"), hooks.spanExporter) // OTEL_*
 	if err != nil {
 		return err
@@ -229,7 +230,7 @@ func serve(ctx context.Context, cfg *config.Config, stderr io.Writer, hooks serv
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	fields := append([]zap.Field{zap.String("addr", dataLn.Addr().String()), zap.String("admin", adminLn.Addr().String())}, mode...)
 	log.Info("listening", append(fields, zap.String("store", string(cfg.Store)),
-		zap.Int("routes", len(cfg.Routes.Routes)), zap.String("version", buildVersion()))...)
+		zap.Int("routes", len(cfg.Routes.Routes)), zap.String("version", buildVersion()), gc.field())...)
 	if hooks.listening != nil {
 		hooks.listening(dataLn.Addr(), adminLn.Addr())
 	}

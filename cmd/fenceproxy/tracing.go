@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -23,6 +22,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"github.com/fenceproxy/fenceproxy/proxy"
 )
 
 // Tracing (OpenTelemetry), configured only by the standard OTEL_* variables
@@ -59,6 +60,7 @@ const tracingFlushTimeout = 3 * time.Second
 // is tracing off.
 type tracing struct {
 	sdk  *sdktrace.TracerProvider // nil: off
+	wire *proxy.TraceWiring       // the data path's spans, for sampled requests only
 	prop propagation.TextMapPropagator
 	log  *zap.Logger
 }
@@ -76,15 +78,19 @@ var samplers = []string{"always_on", "always_off", "traceidratio",
 // environment says; serve's hooks pass it in tests.
 func startTracing(ctx context.Context, log *zap.Logger, test sdktrace.SpanExporter) (*tracing, error) {
 	t := &tracing{log: log}
-	exp := test
-	if exp == nil {
-		name, err := tracesExporter()
-		if err != nil || name == "none" {
+	name := "test"
+	if test == nil {
+		var err error
+		if name, err = tracesExporter(); err != nil || name == "none" {
 			return t, err
 		}
-		if err := checkSampler(); err != nil {
-			return nil, err
-		}
+	}
+	sampler, err := samplerFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	exp := test
+	if exp == nil {
 		if exp, err = autoexport.NewSpanExporter(ctx); err != nil {
 			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%s: %w", name, err)
 		}
@@ -104,8 +110,9 @@ func startTracing(ctx context.Context, log *zap.Logger, test sdktrace.SpanExport
 	} else {
 		process = sdktrace.WithBatcher(exp) // WithBatcher starts its goroutine at once
 	}
-	t.sdk = sdktrace.NewTracerProvider(process, sdktrace.WithResource(res)) // the sampler: OTEL_TRACES_SAMPLER
 	t.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	t.wire = proxy.NewTraceWiring(sampler, t.prop, process, sdktrace.WithResource(res))
+	t.sdk = t.wire.Provider()
 	otel.SetTextMapPropagator(t.prop)
 	otel.SetTracerProvider(t.sdk)
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", zap.Error(err)) }))
@@ -131,20 +138,44 @@ func tracesExporter() (string, error) {
 	return name, nil
 }
 
-// checkSampler refuses an OTEL_TRACES_SAMPLER the SDK does not know and an
-// OTEL_TRACES_SAMPLER_ARG that is not a ratio, which the SDK would only log.
-func checkSampler() error {
+// samplerFromEnv is the sampler OTEL_TRACES_SAMPLER and
+// OTEL_TRACES_SAMPLER_ARG name, read as the SDK reads them (unset:
+// parentbased_always_on; a ratio's argument unset: 1). It is made here, not
+// by the SDK, because the data path asks it before otelhttp runs
+// (proxy.TraceWiring). A sampler the SDK does not know, or an argument that
+// is not a ratio, is an error naming the variable (the SDK would only log
+// it and fall back to the default).
+func samplerFromEnv() (sdktrace.Sampler, error) {
 	var errs []error
 	s := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")))
 	if s != "" && !slices.Contains(samplers, s) {
 		errs = append(errs, fmt.Errorf("OTEL_TRACES_SAMPLER: unknown sampler %q (one of %s)", s, strings.Join(samplers, ", ")))
 	}
+	ratio := 1.0
 	if arg := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG")); arg != "" && strings.HasSuffix(s, "traceidratio") {
-		if f, err := strconv.ParseFloat(arg, 64); err != nil || f < 0 || f > 1 {
+		f, err := strconv.ParseFloat(arg, 64)
+		if err != nil || f < 0 || f > 1 {
 			errs = append(errs, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG: %q is not a ratio from 0 to 1", arg))
 		}
+		ratio = f
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	switch s {
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "traceidratio":
+		return sdktrace.TraceIDRatioBased(ratio), nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	case "parentbased_traceidratio":
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), nil
+	default: // "" and parentbased_always_on
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+	}
 }
 
 // on reports whether tracing is on.
@@ -159,23 +190,24 @@ func (t *tracing) provider() trace.TracerProvider {
 	return t.sdk
 }
 
-// handler wraps the data handler in a server span per request, continuing
-// the client's trace; off, h itself.
+// handler wraps the data handler in a server span per sampled request,
+// continuing the client's trace; off, h itself. An unsampled request costs
+// a sampler's decision and its traceparent (proxy.TraceWiring).
 func (t *tracing) handler(h http.Handler) http.Handler {
 	if !t.on() {
 		return h
 	}
-	return otelhttp.NewHandler(h, "fenceproxy", otelhttp.WithTracerProvider(t.sdk), otelhttp.WithPropagators(t.prop))
+	return t.wire.Handler(h)
 }
 
-// transport wraps the upstream transport in a client span per exchange,
-// which sends its traceparent to the upstream; off, rt itself.
+// transport wraps the upstream transport in a client span per exchange of
+// a sampled request, which sends its traceparent to the upstream; off, rt
+// itself.
 func (t *tracing) transport(rt http.RoundTripper) http.RoundTripper {
 	if !t.on() {
 		return rt
 	}
-	return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(t.sdk), otelhttp.WithPropagators(t.prop),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "upstream " + r.Method }))
+	return t.wire.Transport(rt)
 }
 
 // grpcOptions give the gRPC server (Envoy's ext_authz) a server span per

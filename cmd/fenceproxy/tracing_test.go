@@ -450,18 +450,49 @@ func TestTracingAuthz(t *testing.T) {
 	}
 }
 
-// A request whose traced wiring runs but that is not sampled
-// (OTEL_TRACES_SAMPLER=always_off) records nothing and is still answered.
+// A request that is not sampled (OTEL_TRACES_SAMPLER=always_off, or the
+// default parent-based sampler under a client's unsampled traceparent)
+// records nothing and is still answered; the upstream receives the trace
+// as W3C propagation would send it: the client's trace id (or a new one),
+// a parent id of fenceproxy's, the sampled flag 0, the client's tracestate.
 func TestTracingNotSampled(t *testing.T) {
-	clearOTEL(t)
-	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
-	exp := tracetest.NewInMemoryExporter()
-	up := newTraceUpstream(t)
-	p := startWith(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_STORE": "memory"}, serveHooks{spanExporter: exp})
-	if status, _ := send(t, "PUT", p.data+"/a", "1"); status != 200 {
-		t.Fatal(status)
+	unsampledParent := "00-" + clientTraceID + "-" + clientSpanID + "-00"
+	tests := []struct {
+		sampler, parent string
+		trace           string // the trace id the upstream must receive; "" a new one
+	}{
+		{"always_off", "", ""},
+		{"always_off", clientParent, clientTraceID},
+		{"", unsampledParent, clientTraceID},
+		{"parentbased_traceidratio", unsampledParent, clientTraceID},
 	}
-	if n := len(exp.GetSpans()); n != 0 {
-		t.Fatalf("%d spans recorded with sampler always_off: %v", n, spanNames(exp))
+	for _, tc := range tests {
+		t.Run(tc.sampler+" "+tc.parent, func(t *testing.T) {
+			clearOTEL(t)
+			t.Setenv("OTEL_TRACES_SAMPLER", tc.sampler)
+			exp := tracetest.NewInMemoryExporter()
+			up := newTraceUpstream(t)
+			p := startWith(t, map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_STORE": "memory"}, serveHooks{spanExporter: exp})
+			headers := []string{"Tracestate", "vendor=1"}
+			if tc.parent != "" {
+				headers = append(headers, "Traceparent", tc.parent)
+			}
+			if status, _ := send(t, "PUT", p.data+"/a", "1", headers...); status != 200 {
+				t.Fatal(status)
+			}
+			if n := len(exp.GetSpans()); n != 0 {
+				t.Fatalf("%d spans recorded: %v", n, spanNames(exp))
+			}
+			seen := up.last(t)
+			tp := strings.Split(seen.Get("Traceparent"), "-")
+			if len(tp) != 4 || len(tp[1]) != 32 || len(tp[2]) != 16 || tp[2] == clientSpanID || tp[3] != "00" ||
+				(tc.trace != "" && tp[1] != tc.trace) || (tc.trace == "" && tp[1] == clientTraceID) {
+				t.Errorf("upstream traceparent %q, want trace %q (empty: a new one), a new parent id, flags 00",
+					seen.Get("Traceparent"), tc.trace)
+			}
+			if tc.parent != "" && seen.Get("Tracestate") != "vendor=1" {
+				t.Errorf("upstream tracestate %q, want the client's", seen.Get("Tracestate"))
+			}
+		})
 	}
 }
