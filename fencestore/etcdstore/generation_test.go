@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore"
 	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore/etcdtest"
 	"github.com/fenceproxy/fenceproxy/fencestore/storetest"
 )
@@ -29,19 +30,7 @@ func TestGeneration(t *testing.T) {
 // lost, with Rollback; Ping, as an idle replica's watch runs it, too.
 func TestRevisionWentBack(t *testing.T) {
 	c := etcdtest.Start(t)
-	s := open(t, c, freshPrefix())
-	t.Cleanup(func() { _ = s.Close() })
-	id, err := s.Init(ctxT(t), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Expect(id)
-	admitOK := func(token uint64) {
-		t.Helper()
-		if d, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "orders/42", Token: token}); err != nil || !d.Admitted {
-			t.Fatalf("token %d: %+v, %v", token, d, err)
-		}
-	}
+	s, admitOK := initialized(t, c)
 	admitOK(10)
 	m := c.Members[0]
 	backup := t.TempDir() + "/backup"
@@ -65,7 +54,7 @@ func TestRevisionWentBack(t *testing.T) {
 	if err := s.Ping(ctxT(t)); !errors.As(err, &lost) || !lost.Rollback {
 		t.Fatalf("Ping on the restored member = %v, want a rollback *LostError", err)
 	}
-	_, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "orders/42", Token: 15})
+	_, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "orders/42", Token: 15})
 	if !errors.As(err, &lost) || !lost.Rollback || !errors.Is(err, fencestore.ErrStoreLost) {
 		t.Fatalf("token 15 on the restored member = %v, want a rollback *LostError", err)
 	}
@@ -92,19 +81,7 @@ func TestSnapshotRestored(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := etcdtest.Start(t)
-			s := open(t, c, freshPrefix())
-			t.Cleanup(func() { _ = s.Close() })
-			id, err := s.Init(ctxT(t), false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.Expect(id)
-			admitOK := func(token uint64) {
-				t.Helper()
-				if d, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "orders/42", Token: token}); err != nil || !d.Admitted {
-					t.Fatalf("token %d: %+v, %v", token, d, err)
-				}
-			}
+			s, admitOK := initialized(t, c)
 			for token := uint64(1); token <= 10; token++ {
 				admitOK(token)
 			}
@@ -130,7 +107,7 @@ func TestSnapshotRestored(t *testing.T) {
 			}
 			m.Restart(t)
 			var lost *fencestore.LostError
-			err = s.Ping(ctxT(t))
+			err := s.Ping(ctxT(t))
 			if got := errors.As(err, &lost) && lost.Rollback; got != tc.detected {
 				t.Fatalf("Ping on the restored member = %v, want a rollback: %t", err, tc.detected)
 			}
@@ -166,5 +143,25 @@ func saveSnapshot(t *testing.T, c *etcdtest.Cluster, path string) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// initialized opens a store on c under a fresh prefix, initializes it and
+// expects its identity, as a replica does; admitOK admits a token for
+// orders/42 or fails the test.
+func initialized(t *testing.T, c *etcdtest.Cluster) (s *etcdstore.Store, admitOK func(token uint64)) {
+	t.Helper()
+	s = open(t, c, freshPrefix())
+	t.Cleanup(func() { _ = s.Close() })
+	id, err := s.Init(ctxT(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Expect(id)
+	return s, func(token uint64) {
+		t.Helper()
+		if d, err := s.Admit(ctxT(t), fencestore.Admission{Resource: "orders/42", Token: token}); err != nil || !d.Admitted {
+			t.Fatalf("token %d: %+v, %v", token, d, err)
+		}
 	}
 }

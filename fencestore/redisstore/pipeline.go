@@ -219,13 +219,7 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 	var relArgs []any
 	var release *redis.Cmd
 	if len(runs) == 0 && len(rels) > 0 {
-		relKeys = make([]string, len(rels))
-		relArgs = make([]any, 0, len(rels)+1)
-		for i, r := range rels {
-			relKeys[i] = r.key
-			relArgs = append(relArgs, r.member)
-		}
-		relArgs = append(relArgs, b.channel)
+		relKeys, relArgs = b.releaseCall(rels)
 		release = releaseScript.EvalSha(ctx, pipe, relKeys, relArgs...)
 	}
 	for _, r := range runs {
@@ -259,13 +253,7 @@ func (b *batcher) execOne(ctx context.Context, live []*admission, rels []release
 			// maxmemory, which admissions are not allowed past, say): the
 			// releases, which free memory, go on their own at once rather
 			// than wait for an admission that fares no better.
-			relKeys = make([]string, len(rels))
-			relArgs = make([]any, 0, len(rels)+1)
-			for i, r := range rels {
-				relKeys[i] = r.key
-				relArgs = append(relArgs, r.member)
-			}
-			relArgs = append(relArgs, b.channel)
+			relKeys, relArgs = b.releaseCall(rels)
 			release = releaseScript.Run(ctx, b.client, relKeys, relArgs...)
 		}
 	}
@@ -312,4 +300,17 @@ func withReleases(rels []release, channel string, keys []string, args []any) ([]
 func refused(err error) bool {
 	var rerr redis.Error
 	return err != nil && errors.As(err, &rerr) && !isNoScript(err) && !errors.Is(err, redis.Nil)
+}
+
+// releaseCall is one release.lua run's keys and arguments for rels: each
+// release's in-flight key, its member in the same order, then the channel
+// that announces them.
+func (b *batcher) releaseCall(rels []release) (keys []string, args []any) {
+	keys = make([]string, len(rels))
+	args = make([]any, 0, len(rels)+1)
+	for i, r := range rels {
+		keys[i] = r.key
+		args = append(args, r.member)
+	}
+	return keys, append(args, b.channel)
 }
