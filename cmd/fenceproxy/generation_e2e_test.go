@@ -105,17 +105,7 @@ func TestRedisRestoredFromOlderRDB(t *testing.T) {
 // operator's word too (a replica remembering 101 admits nothing below the
 // raised mark, and 103 once it is above).
 func TestMarksResetOverRememberedMarks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		env  func(t *testing.T) map[string]string
-	}{
-		{"redis", func(t *testing.T) map[string]string {
-			return map[string]string{"FENCE_REDIS_URL": redistest.Start(t).URL()}
-		}},
-		{"etcd", func(t *testing.T) map[string]string {
-			return map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": strings.Join(etcdtest.Start(t).Endpoints(), ",")}
-		}},
-	} {
+	for _, tc := range sharedStores {
 		t.Run(tc.name, func(t *testing.T) {
 			env := tc.env(t)
 			env["FENCE_UPSTREAM_URL"] = newCountingUpstream(t).URL
@@ -181,17 +171,7 @@ func copyFile(t *testing.T, from, to string) {
 // starts second is refused (503, naming FENCE_KEY_PREFIX, or finding marks
 // that are not its own without an identity record), never sharing marks.
 func TestNestedPrefixesRefused(t *testing.T) {
-	for _, store := range []struct {
-		name string
-		env  func(t *testing.T) map[string]string
-	}{
-		{"redis", func(t *testing.T) map[string]string {
-			return map[string]string{"FENCE_REDIS_URL": redistest.Start(t).URL()}
-		}},
-		{"etcd", func(t *testing.T) map[string]string {
-			return map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": strings.Join(etcdtest.Start(t).Endpoints(), ",")}
-		}},
-	} {
+	for _, store := range sharedStores {
 		for _, order := range [][2]string{{"fence:", "fence:billing:"}, {"fence:billing:", "fence:"}} {
 			t.Run(store.name+"/"+order[0]+" first", func(t *testing.T) {
 				base := store.env(t)
@@ -218,4 +198,18 @@ func TestNestedPrefixesRefused(t *testing.T) {
 			})
 		}
 	}
+}
+
+// sharedStores are the stores that several replicas share, each as the
+// environment that points a replica at a fresh server of its own.
+var sharedStores = []struct {
+	name string
+	env  func(t *testing.T) map[string]string
+}{
+	{"redis", func(t *testing.T) map[string]string {
+		return map[string]string{"FENCE_REDIS_URL": redistest.Start(t).URL()}
+	}},
+	{"etcd", func(t *testing.T) map[string]string {
+		return map[string]string{"FENCE_STORE": "etcd", "FENCE_ETCD_ENDPOINTS": strings.Join(etcdtest.Start(t).Endpoints(), ",")}
+	}},
 }

@@ -215,42 +215,31 @@ func usPerOK(r row, cores float64) float64 {
 // b's, sorted: each is what cpu (usPerOK of a run's column) says of the two
 // runs of one round.
 func roundCPURatios(rows []row, a, b string, conns int, cpu func(row) float64) []float64 {
-	ra, rb := map[int]float64{}, map[int]float64{}
-	for _, r := range rows {
-		if r.conns != conns || r.rps <= 0 {
-			continue
-		}
-		switch r.target {
-		case a:
-			ra[r.round] = cpu(r)
-		case b:
-			rb[r.round] = cpu(r)
-		}
-	}
-	var out []float64
-	for round, x := range ra {
-		if y, ok := rb[round]; ok && y > 0 {
-			out = append(out, x/y)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return roundRatiosOf(rows, a, b, conns, func(r row) (float64, bool) { return cpu(r), r.rps > 0 })
 }
 
 // roundRatios returns, round by round, the throughput of a over that of b
 // (the runs of one round are next to each other in time, so their ratio is
 // the least disturbed by a neighbour's load).
 func roundRatios(rows []row, a, b string, conns int) []float64 {
+	return roundRatiosOf(rows, a, b, conns, func(r row) (float64, bool) { return r.rps, true })
+}
+
+// roundRatiosOf returns, round by round, value of a's run over value of
+// b's, sorted, for the runs at conns whose value is known (ok); a round
+// whose b value is not above 0 has no ratio.
+func roundRatiosOf(rows []row, a, b string, conns int, value func(row) (float64, bool)) []float64 {
 	ra, rb := map[int]float64{}, map[int]float64{}
 	for _, r := range rows {
-		if r.conns != conns {
+		v, ok := value(r)
+		if r.conns != conns || !ok {
 			continue
 		}
 		switch r.target {
 		case a:
-			ra[r.round] = r.rps
+			ra[r.round] = v
 		case b:
-			rb[r.round] = r.rps
+			rb[r.round] = v
 		}
 	}
 	var out []float64
