@@ -155,6 +155,15 @@ for i = 1, #relkeys do
 end
 
 local out = {}
+-- failAll answers every admission of the run with flag and result, and
+-- nothing else: the run stops before anything is written.
+local function failAll(flag, result)
+  for i = 1, n do
+    local b = 7 * (i - 1)
+    out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6], out[b + 7] = flag, result, '', 0, '', 0, '0'
+  end
+  return out
+end
 -- The identity, once for the whole run, before anything is written.
 if idkey ~= nil then
   local found, err = call('GET', idkey)
@@ -165,11 +174,7 @@ if idkey ~= nil then
     elseif found == false then
       result = ''
     end
-    for i = 1, n do
-      local b = 7 * (i - 1)
-      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6], out[b + 7] = flag, result, '', 0, '', 0, '0'
-    end
-    return out
+    return failAll(flag, result)
   end
 end
 -- The generation, read with the identity, before anything is written.
@@ -188,11 +193,7 @@ if genkey ~= nil then
     end
   end
   if flag ~= nil then
-    for i = 1, n do
-      local b = 7 * (i - 1)
-      out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6], out[b + 7] = flag, result, '', 0, '', 0, '0'
-    end
-    return out
+    return failAll(flag, result)
   end
   -- A floor seen before the operator's last change of marks is set
   -- aside: the operator's word stands over what a replica remembers.

@@ -119,11 +119,7 @@ func clockSteps(ctx context.Context, e *env) error {
 		r, err := e.clockForward(hc, i)
 		e.mu.Lock()
 		e.clockRounds = append(e.clockRounds, r)
-		for _, op := range []check.Op{r.old, r.nw} {
-			if op.ID != "" {
-				e.extra = append(e.extra, op)
-			}
-		}
+		e.keep(r.old, r.nw)
 		e.mu.Unlock()
 		if err != nil {
 			return err

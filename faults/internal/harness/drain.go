@@ -228,11 +228,7 @@ func drainWake(ctx context.Context, e *env) error {
 	e.mu.Lock()
 	e.wake = trials
 	for _, t := range trials {
-		for _, op := range []check.Op{t.old, t.nw} {
-			if op.ID != "" {
-				e.extra = append(e.extra, op)
-			}
-		}
+		e.keep(t.old, t.nw)
 	}
 	e.mu.Unlock()
 	return nil
@@ -326,15 +322,7 @@ func judgeDrainWake(e *env, _ []check.Op, res *Result) {
 	if len(e.wake) == 0 {
 		res.Problems = append(res.Problems, "no trial ran")
 	}
-	for _, t := range e.wake {
-		if t.problem != "" {
-			res.Problems = append(res.Problems, t.problem)
-		}
-		if t.early {
-			res.Violations = append(res.Violations, fmt.Sprintf("%s: the newer write (token %d, replica %d) reached the upstream while the older one (token %d, replica %d) was held there",
-				t.nw.Resource, t.nw.Token, t.nw.Replica, t.old.Token, t.old.Replica))
-		}
-	}
+	heldViolations(e.wake, res)
 	if d, _ := e.wakes(); len(d) == 0 && len(e.wake) > 0 {
 		res.Problems = append(res.Problems, "no trial's newer write waited at the barrier")
 	}

@@ -504,3 +504,28 @@ func latencies(ops []check.Op) (time.Duration, time.Duration) {
 	}
 	return q(0.50), q(0.99)
 }
+
+// keep adds the ops that were sent (those with an ID) to the history the
+// checkers read beside the load's (e.extra); the caller holds e.mu.
+func (e *env) keep(ops ...check.Op) {
+	for _, op := range ops {
+		if op.ID != "" {
+			e.extra = append(e.extra, op)
+		}
+	}
+}
+
+// heldViolations: a newer request of a trial that reached the upstream
+// while the older one was held there is a violation; a trial that could
+// not run is a problem.
+func heldViolations(trials []wakeTrial, res *Result) {
+	for _, t := range trials {
+		if t.problem != "" {
+			res.Problems = append(res.Problems, t.problem)
+		}
+		if t.early {
+			res.Violations = append(res.Violations, fmt.Sprintf("%s: the newer write (%v, replica %d) reached the upstream while the older one (%v, replica %d) was held there",
+				t.nw.Resource, t.nw.Req(), t.nw.Replica, t.old.Req(), t.old.Replica))
+		}
+	}
+}

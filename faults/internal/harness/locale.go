@@ -108,11 +108,7 @@ func localeTrials(ctx context.Context, e *env) error {
 		})
 		e.mu.Lock()
 		e.trials = append(e.trials, t)
-		for _, op := range []check.Op{t.old, t.nw} {
-			if op.ID != "" {
-				e.extra = append(e.extra, op)
-			}
-		}
+		e.keep(t.old, t.nw)
 		e.mu.Unlock()
 	}
 	e.fault(start, -1)
@@ -125,15 +121,7 @@ func judgeTrials(e *env, _ []check.Op, res *Result) {
 	if len(e.trials) == 0 {
 		res.Problems = append(res.Problems, "no trial ran")
 	}
-	for _, t := range e.trials {
-		if t.problem != "" {
-			res.Problems = append(res.Problems, t.problem)
-		}
-		if t.early {
-			res.Violations = append(res.Violations, fmt.Sprintf("%s: %v (replica %d) reached the upstream while %v (replica %d) was held there",
-				t.nw.Resource, t.nw.Req(), t.nw.Replica, t.old.Req(), t.old.Replica))
-		}
-	}
+	heldViolations(e.trials, res)
 }
 
 // expectCollation: Redis did collate as en_US.UTF-8 does, or the scenario

@@ -75,11 +75,7 @@ func slowBody(ctx context.Context, e *env) error {
 		e.mu.Lock()
 		e.slow = append(e.slow, rounds...)
 		for _, r := range rounds {
-			for _, op := range []check.Op{r.seed, r.old, r.nw} {
-				if op.ID != "" {
-					e.extra = append(e.extra, op)
-				}
-			}
+			e.keep(r.seed, r.old, r.nw)
 		}
 		e.mu.Unlock()
 		e.fault(start, -1)
