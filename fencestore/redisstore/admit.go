@@ -37,25 +37,25 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	if err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
-	fkey, sameSlot := flightKey(key)
-	fl := s.barrierArg(a)
-	switch {
-	case fl == "":
-		// The script does not touch the in-flight key, but a Cluster
-		// still refuses keys of two slots (CROSSSLOT): the mark key
-		// again stands in for it.
-		fkey = key
-	case !sameSlot && s.sharded():
-		// The script would touch keys of two slots: Cluster refuses it,
-		// and a Ring may send it where one of them is not.
-		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, errNoFlightSlot))
-	default:
+	// Without a barrier the script does not touch the in-flight key, but
+	// a Cluster still refuses keys of two slots (CROSSSLOT): the mark key
+	// again stands in for it.
+	fkey, fl := key, s.barrierArg(a)
+	var epoch uint64
+	if fl != "" {
+		k, sameSlot := flightKey(key)
+		if !sameSlot && s.sharded() {
+			// The script would touch keys of two slots: Cluster refuses
+			// it, and a Ring may send it where one of them is not.
+			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, errNoFlightSlot))
+		}
+		fkey = k
 		// Announcements reach a waiter from the subscription that was up
 		// when its admission was sent (drain.go).
 		s.startListening()
+		epoch, _ = s.epochNow()
 	}
 	moot := start.Add(time.Duration(flightMillis(a))*time.Millisecond + fencestore.AbandonMargin)
-	epoch, _ := s.epochNow()
 	c := call{keys: [2]string{key, fkey}, tok: strconv.FormatUint(a.Token, 10), mode: "ge", fl: fl}
 	if a.Compare == fencestore.Greater {
 		c.mode = "gt"
@@ -100,7 +100,8 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 			// Redis refused the script before it ran: nothing to abandon.
 			return fencestore.Decision{}, role
 		}
-		if ctx.Err() != nil || mayHaveRun(err) {
+		if ctx.Err() != nil || (mayHaveRun(err) && !refused(err)) {
+			// (An OOM refusal ran nothing, so made no entry.)
 			s.abandon(a, fkey, fl, moot)
 		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -294,12 +293,14 @@ func withReleases(rels []release, channel string, keys []string, args []any) ([]
 	return append(k, keys...), append(a, args...)
 }
 
-// refused reports whether err is Redis's refusal of a script before it ran
-// (an error reply: out of memory, a replica's READONLY, an ACL), not a
-// failure of the connection, after which it may have run.
+// refused reports whether err is Redis's refusal of the admissions' run
+// before it ran for want of memory (OOM above maxmemory), which admit.lua
+// is not allowed past and release.lua, flagged allow-oom, is. Other
+// refusals (a replica's READONLY, an ACL's NOPERM, LOADING) refuse a
+// release just as well: sending the riding releases alone would cost a
+// round trip that cannot succeed; they stay pending and are retried.
 func refused(err error) bool {
-	var rerr redis.Error
-	return err != nil && errors.As(err, &rerr) && !isNoScript(err) && !errors.Is(err, redis.Nil)
+	return err != nil && redis.HasErrorPrefix(err, "OOM")
 }
 
 // releaseCall is one release.lua run's keys and arguments for rels: each
