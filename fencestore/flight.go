@@ -26,15 +26,11 @@ import (
 const AbandonMargin = time.Second
 
 // Flight is one admitted request's place in the barrier. Stores fill it;
-// callers only read Older and Expired and hand it back to Drain and Release.
+// callers only read Older and hand it back to Drain and Release.
 type Flight struct {
 	// Older is set when a request for the same resource ordered before this
 	// one was in flight when it was admitted: call Drain before forwarding.
 	Older bool
-	// Expired counts the older requests the store found abandoned (and
-	// dropped) when it admitted this one. The stores whose waiters time
-	// the older requests themselves (Drain) leave it 0.
-	Expired int
 	// Key and Ref identify the registration to the store that made it (the
 	// Redis store: the in-flight key and the member; LocalFlights: the
 	// resource and the registration number in Seq).

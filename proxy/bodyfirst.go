@@ -37,11 +37,10 @@ var (
 // returns while http.Transport may still be reading it, so a buffer handed
 // back on Close could be overwritten under a write to the upstream.
 func readBodyFirst(r *http.Request) error {
-	n := r.ContentLength
-	if n <= 0 || n > maxBodyFirst || r.Body == nil || r.Body == http.NoBody {
+	if !readsFirst(r) {
 		return nil
 	}
-	buf := make([]byte, n)
+	buf := make([]byte, r.ContentLength)
 	if _, err := io.ReadFull(r.Body, buf); err != nil {
 		if isTimeout(err) {
 			return errBodyTimeout
@@ -52,3 +51,12 @@ func readBodyFirst(r *http.Request) error {
 	r.Body = io.NopCloser(bytes.NewReader(buf))
 	return nil
 }
+
+// readsFirst reports whether r's body is one readBodyFirst reads whole
+// before admission: of a known length, from 1 byte to maxBodyFirst.
+func readsFirst(r *http.Request) bool {
+	return hasBody(r) && r.ContentLength > 0 && r.ContentLength <= maxBodyFirst
+}
+
+// hasBody reports whether r has a body to read at all.
+func hasBody(r *http.Request) bool { return r.Body != nil && r.Body != http.NoBody }

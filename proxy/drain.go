@@ -135,12 +135,8 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 	rt, a := v.rt, &v.a
 	m := rt.metrics
 	if !f.Older {
-		o := drainNone
-		if f.Expired > 0 {
-			o = drainExpired
-		}
-		m.drain[o].Inc()
-		traceDrain(v.span, o, 0, false)
+		m.drain[drainNone].Inc()
+		traceDrain(v.span, drainNone, 0, false)
 		return true
 	}
 	// Time spent here is not the client's: FENCE_BODY_TIMEOUT stops while
@@ -270,8 +266,7 @@ func (p *Proxy) passBarrier(ctx context.Context, w http.ResponseWriter, r *http.
 // deadline set then would cut net/http's background read of the idle
 // connection.
 func pauseBody(w http.ResponseWriter, r *http.Request, bodyBy time.Time) (resume func()) {
-	if bodyBy.IsZero() || r.Body == nil || r.Body == http.NoBody ||
-		(r.ContentLength > 0 && r.ContentLength <= maxBodyFirst) {
+	if bodyBy.IsZero() || !hasBody(r) || readsFirst(r) {
 		return func() {}
 	}
 	left := time.Until(bodyBy)

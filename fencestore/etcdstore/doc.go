@@ -164,7 +164,6 @@
 // nobody waited for; a replica shares one lease among its admissions of a
 // flight length for a day, and grants the next in the background. A
 // record without a bound in its value is timed with the waiter's own.
-// Flight.Expired is always 0.
 //
 // Release forgets the snapshot and queues the key for deletion; the
 // deletion rides the next batch, ahead of its admissions (so a release
