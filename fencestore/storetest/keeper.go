@@ -172,9 +172,15 @@ func RunGeneration(t *testing.T, open func(t *testing.T) KeeperStore, restore fu
 	if err != nil || d.Admitted || !d.Regressed || d.FloorVoid || d.Mark != 9 {
 		t.Fatalf("token 1 against a floor of 9 seen after the last reset = %+v, %v; want refused against the floor", d, err)
 	}
-	// A raise is an operator's change too.
+	// A raise is an operator's change too: a floor of 6 seen before the
+	// raise to 4 is set aside, and token 5 is admitted.
+	seen = admit(t, s, "gen/3", 1, fencestore.AtLeast).Generation
 	if _, _, _, err := s.Raise(ctx, "gen/3", fencestore.Mark{Token: 4}); err != nil {
 		t.Fatal(err)
+	}
+	d, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "gen/3", Token: 5, Floor: fencestore.Mark{Token: 6}, HasFloor: true, FloorGeneration: seen})
+	if err != nil || !d.Admitted || !d.FloorVoid || d.Mark != 5 {
+		t.Fatalf("token 5 after a raise to 4, with a floor of 6 seen before it = %+v, %v; want admitted, the floor set aside", d, err)
 	}
 	if restore == nil {
 		return
@@ -183,7 +189,9 @@ func RunGeneration(t *testing.T, open func(t *testing.T) KeeperStore, restore fu
 	// Cluster): at least 1, its own write.
 	last := admit(t, s, "gen/4", 1, fencestore.AtLeast).Generation
 	restore(t, s, last-1)
-	_, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "gen/4", Token: 1})
+	// Token 2 over the mark 1: an admission that wrote anything would
+	// leave 2 behind.
+	_, err = s.Admit(ctxT(t), fencestore.Admission{Resource: "gen/4", Token: 2})
 	var lost *fencestore.LostError
 	if !errors.As(err, &lost) || !lost.Rollback || lost.Seen != last || lost.Got != last-1 || !errors.Is(err, fencestore.ErrStoreLost) {
 		t.Fatalf("admission on a store gone back from %d to %d = %v, want a *LostError with Rollback", last, last-1, err)
