@@ -25,10 +25,11 @@ import (
 //
 //   - Forward: per round an older write (token 5, a resource of its own)
 //     that the service works on for clockWork goes through replica 0; once
-//     it began at the upstream the clock steps forward by a day, and a newer
-//     write (token 6) goes through replica 1. It must not reach the
-//     upstream before the older one has ended (an in-flight entry is not
-//     abandoned because a clock jumped past its deadline).
+//     it began at the upstream the clock steps forward by a day, and
+//     clockNewerAfter after it began a newer write (token 6) goes through
+//     replica 1. It must not reach the upstream before the older one has
+//     ended (an in-flight entry is not abandoned because a clock jumped
+//     past its deadline).
 //   - Back: the expiry probe of proxy-kill (an older request held at the
 //     upstream through replica 1, which is then killed, so that nobody
 //     releases it) with the clock stepped back by a day right after the
@@ -45,6 +46,12 @@ const (
 	// clockWork is how long the service works on the forward round's older
 	// write: the newer one is sent well inside it.
 	clockWork = 800 * time.Millisecond
+	// clockNewerAfter is when, after the older write began at the
+	// upstream, the newer one is sent: inside clockWork, and past the
+	// "shortdeadline" control's deadline (with room for its release), so
+	// that the control's newer write finds the entry gone and overlaps
+	// rather than timing out at the barrier beside it.
+	clockNewerAfter = 3 * shortDeadline
 )
 
 // clockEnv compiles the shim into the scenario's directory, creates the
@@ -139,6 +146,11 @@ func clockSteps(ctx context.Context, e *env) error {
 			return err
 		}
 		off, oerr := e.storeClockOffset()
+		if oerr != nil || off > -clockStep+time.Minute {
+			// The back step is checked as the forward one is: a clock
+			// that did not move tests nothing.
+			e.probeProblems = append(e.probeProblems, fmt.Sprintf("back step %d: the store's clock was %v from the real one (%v), not stepped back by %v: the probe tested nothing", i, off, oerr, clockStep))
+		}
 		e.faulted(probe)
 		if err := e.sleep(ctx, time.Second); err != nil {
 			return err
@@ -181,20 +193,21 @@ func (e *env) clockForward(hc *http.Client, i int) (clockRound, error) {
 		e.ld.doWith(hc, &r.old, reqOpts{work: clockWork})
 	}()
 	defer wg.Wait()
-	begun := false
+	var begunAt time.Time
 	for t0 := time.Now(); time.Since(t0) < wakeBegin; time.Sleep(time.Millisecond) {
 		if _, ok := e.up.Forward(r.old.ID); ok {
-			begun = true
+			begunAt = time.Now()
 			break
 		}
 	}
-	if !begun {
+	if begunAt.IsZero() {
 		return r, fmt.Errorf("round %d: the older write did not reach the upstream within %v", i, wakeBegin)
 	}
 	if err := e.stepClock(clockStep); err != nil {
 		return r, err
 	}
 	r.offset, _ = e.storeClockOffset()
+	time.Sleep(time.Until(begunAt.Add(clockNewerAfter)))
 	e.ld.do(hc, &r.nw)
 	wg.Wait()
 	return r, e.stepClock(0)
