@@ -101,13 +101,12 @@ func parseOverrideHeaders(v, tokenHeader, sequenceHeader string, bad func(variab
 	for _, h := range strings.Split(v, ",") {
 		h = strings.TrimSpace(h)
 		canon := textproto.CanonicalMIMEHeaderKey(h)
+		// An override header is read as the fence headers are, so it is
+		// held to the same rules.
+		err := checkFenceHeader(h)
 		switch {
-		case !validHeaderName(h):
-			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is not a valid HTTP header name", h)
-		case slices.ContainsFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, h) }):
-			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is a hop-by-hop or framing header that proxies rewrite; it cannot carry a method", h)
-		case slices.ContainsFunc(strippedHeaders, func(r string) bool { return strings.EqualFold(r, h) }):
-			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is removed from every request (a client must not send it)", h)
+		case err != nil:
+			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%v", err)
 		case strings.EqualFold(h, tokenHeader) || strings.EqualFold(h, sequenceHeader):
 			bad("FENCE_METHOD_OVERRIDE_HEADERS", "%q is the token or the sequence header", h)
 		case slices.Contains(builtinOverrideHeaders, canon):
