@@ -192,6 +192,8 @@ type env struct {
 	// wentBack is when a restore scenario's store went back (the kill
 	// before the restore or the promotion).
 	wentBack int64
+	// probe is a restore scenario's stale probe (restore.go).
+	probe *restoreProbe
 	// bolt are bolt-restore's variants (boltrestore.go).
 	bolt []*boltVariant
 }
@@ -449,20 +451,47 @@ func (e *env) checkpoint(before int64, reads []check.Op) {
 // and the sum of the differences: marks the store lost.
 func (e *env) lostMarks(ops []check.Op) (resources int, tokens uint64) {
 	for _, cp := range e.checkpoints {
-		hi := map[string]uint64{}
-		for i := range ops {
-			if ops[i].Outcome == check.Admitted && ops[i].Return < cp.before {
-				hi[ops[i].Resource] = max(hi[ops[i].Resource], ops[i].Token)
-			}
+		n, tok := marksBelow(ops, cp.before, cp.reads)
+		resources += n
+		tokens += tok
+	}
+	return resources, tokens
+}
+
+// marksBelow counts the reads whose mark is below the greatest token of
+// their resource admitted (answered 2xx) before t, and the sum of the
+// differences.
+func marksBelow(ops []check.Op, t int64, reads []check.Op) (resources int, tokens uint64) {
+	hi := map[string]uint64{}
+	for i := range ops {
+		if ops[i].Outcome == check.Admitted && ops[i].Return < t {
+			hi[ops[i].Resource] = max(hi[ops[i].Resource], ops[i].Token)
 		}
-		for _, r := range cp.reads {
-			if r.Mark < hi[r.Resource] {
-				resources++
-				tokens += hi[r.Resource] - r.Mark
-			}
+	}
+	for _, r := range reads {
+		if r.Mark < hi[r.Resource] {
+			resources++
+			tokens += hi[r.Resource] - r.Mark
 		}
 	}
 	return resources, tokens
+}
+
+// lossAt is the instant whose admitted tokens the store must still hold
+// after a store-loss scenario's fault: when a restore scenario's store went
+// back (the kill after the backup was taken, or before the promotion of the
+// lagging replica), else when the fault began. A restore takes back exactly
+// what was admitted between its backup and that instant: the backup holds
+// everything admitted before it, so counting against the start of the
+// scenario's fault (before the backup) would find nothing taken back.
+func (e *env) lossAt() int64 {
+	if e.wentBack > 0 {
+		return e.wentBack
+	}
+	if e.loss != nil {
+		return e.loss.start
+	}
+	return 0
 }
 
 // inWindow reports whether t falls in a fault window hitting replica (or

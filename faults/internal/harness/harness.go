@@ -44,7 +44,7 @@ type Options struct {
 	// client's leaving, or timed deadlines by a clock that stepped, would),
 	// "norelease" (failover-barrier: replica 1 frozen from the master's
 	// kill until past its requests' deadlines, so that their releases
-	// never come, as without release retries), "coldall" (the restore
+	// never come, as without release retries), "nogeneration" (the restore
 	// scenarios: every replica restarted together with the restored store,
 	// so that none remembers the newer generation, as replicas without the
 	// generation check behave). Empty for a real run.
@@ -60,7 +60,7 @@ type Options struct {
 }
 
 // Breaks lists the valid Options.Break values.
-var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "noraise", "etcdwipe", "shortdeadline", "norelease", "coldall"}
+var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "noraise", "etcdwipe", "shortdeadline", "norelease", "nogeneration"}
 
 // Result is one scenario's outcome.
 type Result struct {
