@@ -194,20 +194,28 @@ func TestRealSystemPasses(t *testing.T) {
 	fields(t, out.String(), "measure=drain-wake ")
 }
 
+// runPassing runs one scenario of the real system in smoke mode, requires
+// the run to pass, and returns its output lines.
+func runPassing(t *testing.T, scenario string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts store and fenceproxy processes")
+	}
+	var out, log bytes.Buffer
+	if err := run([]string{"-mode", "smoke", "-run", "^" + scenario + "$", "-dir", t.TempDir()}, &out, &log); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out.String(), log.String())
+	}
+	return out.String()
+}
+
 // Redis restored from its backup: both replicas refuse store-lost,
 // the stale probe too (a token the older store holds as its mark, sent
 // through a replica that had seen the newer generation); the marks the
 // restore took back (erased_marks, those admitted between the backup and
 // the restore) are raised by the runbook's recovery, so none stays lost.
 func TestRedisRestorePasses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server and fenceproxy processes")
-	}
-	var out, log bytes.Buffer
-	if err := run([]string{"-mode", "smoke", "-run", "^redis-restore$", "-dir", t.TempDir()}, &out, &log); err != nil {
-		t.Fatalf("%v\n%s\n%s", err, out.String(), log.String())
-	}
-	f := fields(t, out.String(), "scenario=redis-restore ")
+	out := runPassing(t, "redis-restore")
+	f := fields(t, out, "scenario=redis-restore ")
 	if f["verdict"] != "pass" || f["stale_probe"] != "store-lost" || num(t, f, "replicas_lost") != 2 ||
 		num(t, f, "erased_marks") == 0 || num(t, f, "raised") == 0 || num(t, f, "lost_marks") != 0 || num(t, f, "stale_admissions") != 0 {
 		t.Errorf("redis-restore: %v", f)
@@ -219,19 +227,13 @@ func TestRedisRestorePasses(t *testing.T) {
 // the generation file restored too, the line says plainly that nothing
 // could tell (the documented limit), and that is a measure, not a pass.
 func TestBoltRestorePasses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts fenceproxy processes")
-	}
-	var out, log bytes.Buffer
-	if err := run([]string{"-mode", "smoke", "-run", "^bolt-restore$", "-dir", t.TempDir()}, &out, &log); err != nil {
-		t.Fatalf("%v\n%s\n%s", err, out.String(), log.String())
-	}
-	f := fields(t, out.String(), "scenario=bolt-restore ")
+	out := runPassing(t, "bolt-restore")
+	f := fields(t, out, "scenario=bolt-restore ")
 	if f["verdict"] != "pass" || f["variant"] != "file-only" || num(t, f, "stale_sent") == 0 ||
 		num(t, f, "detected") != num(t, f, "stale_sent") || num(t, f, "stale_forwarded") != 0 || f["recovered"] != "true" {
 		t.Errorf("bolt-restore, file-only: %v", f)
 	}
-	m := fields(t, out.String(), "measure=bolt-restore ")
+	m := fields(t, out, "measure=bolt-restore ")
 	if m["variant"] != "with-generation-file" || m["detectable"] != "no" || m["limit"] != "documented" || num(t, m, "stale_sent") == 0 {
 		t.Errorf("bolt-restore, with the generation file: %v", m)
 	}

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,8 +81,8 @@ func appendToAOF(dir string, cmd ...string) error {
 func completeCommands(data []byte) int {
 	pos := 0
 	for pos < len(data) {
-		end, err := commandEnd(data, pos)
-		if err != nil {
+		end, ok := commandEnd(data, pos)
+		if !ok {
 			return pos
 		}
 		pos = end
@@ -91,42 +90,39 @@ func completeCommands(data []byte) int {
 	return pos
 }
 
-var errPartial = errors.New("partial command")
-
 // commandEnd returns where the command (or annotation) that starts at pos
-// ends.
-func commandEnd(data []byte, pos int) (int, error) {
-	line := func(at int) (string, int, error) {
+// ends, and false when it is cut short or not a command.
+func commandEnd(data []byte, pos int) (int, bool) {
+	line := func(at int) (string, int, bool) {
 		i := bytes.Index(data[at:], []byte("\r\n"))
 		if i < 0 {
-			return "", 0, errPartial
+			return "", 0, false
 		}
-		return string(data[at : at+i]), at + i + 2, nil
+		return string(data[at : at+i]), at + i + 2, true
 	}
-	head, next, err := line(pos)
-	if err != nil {
-		return 0, err
-	}
+	head, next, ok := line(pos)
 	switch {
+	case !ok:
+		return 0, false
 	case strings.HasPrefix(head, "#"):
-		return next, nil
+		return next, true
 	case !strings.HasPrefix(head, "*"):
-		return 0, errPartial
+		return 0, false
 	}
 	n, err := strconv.Atoi(head[1:])
 	if err != nil || n < 0 {
-		return 0, errPartial
+		return 0, false
 	}
 	for range n {
-		h, after, err := line(next)
-		if err != nil || !strings.HasPrefix(h, "$") {
-			return 0, errPartial
+		h, after, ok := line(next)
+		if !ok || !strings.HasPrefix(h, "$") {
+			return 0, false
 		}
 		l, err := strconv.Atoi(h[1:])
 		if err != nil || l < 0 || after+l+2 > len(data) || string(data[after+l:after+l+2]) != "\r\n" {
-			return 0, errPartial
+			return 0, false
 		}
 		next = after + l + 2
 	}
-	return next, nil
+	return next, true
 }

@@ -74,7 +74,7 @@ func boltRestore(ctx context.Context, e *env) error {
 	e.bolt = []*boltVariant{fileOnly, withGen}
 
 	var checked []check.Op
-	defer func() { e.addOps(checked) }()
+	defer func() { e.addOps(checked...) }()
 	if err := e.boltPlay(ctx, fileOnly, e.proxies[0], e.ld, e.up, resourceName(0), &checked); err != nil {
 		return err
 	}

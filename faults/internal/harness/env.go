@@ -181,9 +181,9 @@ type env struct {
 	// as en_US.UTF-8 does.
 	trials   []wakeTrial
 	collates bool
-	// clockFile holds the store's clock offset (clock-step); clockRounds
-	// are its forward rounds.
-	clockFile   string
+	// clockShim steps the store's clock (clock-step); clockRounds are its
+	// forward rounds.
+	clockShim   *redistest.ClockShim
 	clockRounds []clockRound
 	// herd are the herd scenario's phases.
 	herd []herdPhase
@@ -534,11 +534,14 @@ func latencies(ops []check.Op) (time.Duration, time.Duration) {
 	return q(0.50), q(0.99)
 }
 
-// keep adds the ops that were sent (those with an ID) to the history the
-// checkers read beside the load's (e.extra); the caller holds e.mu.
-func (e *env) keep(ops ...check.Op) {
+// addOps adds the scenario's own operations that were sent (those with a
+// call time: a trial stopped early leaves the rest unsent) to the history
+// the checkers read beside the load's (e.extra).
+func (e *env) addOps(ops ...check.Op) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, op := range ops {
-		if op.ID != "" {
+		if op.Call != 0 {
 			e.extra = append(e.extra, op)
 		}
 	}

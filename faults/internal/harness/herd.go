@@ -157,9 +157,7 @@ func (e *env) herdPhase(ctx context.Context, n int, d time.Duration) (herdPhase,
 	} else {
 		ph.problem = fmt.Sprintf("%d writers: nothing admitted", n)
 	}
-	e.mu.Lock()
-	e.extra = append(e.extra, ops...)
-	e.mu.Unlock()
+	e.addOps(ops...)
 	return ph, nil
 }
 

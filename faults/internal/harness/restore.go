@@ -124,7 +124,7 @@ func (e *env) probeSend(i int, res string, token uint64) error {
 	op := check.Op{ID: fmt.Sprintf("%s-probe-%d", e.sc.name, len(pr.ops)), Client: -3, Replica: i, Resource: res, Token: token}
 	e.ld.do(pr.hc, &op)
 	pr.ops = append(pr.ops, op)
-	e.addOps([]check.Op{op})
+	e.addOps(op)
 	if op.Outcome != check.Admitted {
 		return fmt.Errorf("probe %s token %d through replica %d before the store went back: %d %s", res, token, i, op.Status, op.Problem)
 	}
@@ -151,7 +151,7 @@ func (e *env) probeStale(ctx context.Context) error {
 			Resource: restoreProbeResource, Token: restoreProbeToken}
 		e.ld.do(pr.hc, &op)
 		pr.ops = append(pr.ops, op)
-		e.addOps([]check.Op{op})
+		e.addOps(op)
 		switch {
 		case op.Problem == problemStoreLost:
 			pr.answer = "store-lost"
