@@ -39,7 +39,10 @@ func failoverBarrier(ctx context.Context, e *env) error {
 	frozen := false
 	if e.opts.Break == "norelease" {
 		// The control: replica 1 frozen at the kill, so that the releases
-		// it owes never reach the new master.
+		// it owes never reach the new master. It shows that the figures
+		// catch resources held by releases that never come; it cannot
+		// tell retries from none (a frozen replica sends nothing either
+		// way: a proxy that retries fails it too).
 		if err := e.proxies[1].Stop(); err != nil {
 			return err
 		}
