@@ -92,6 +92,16 @@ func restoreScenario(lose func(ctx context.Context, e *env) error) func(ctx cont
 			if err := lose(ctx, e); err != nil {
 				return err
 			}
+			// What the older store holds, before the probe and the load's
+			// requests meet it (warm replicas write marks back from their
+			// caches): erased_marks.
+			if e.rd != nil {
+				reads, err := e.storeSnapshot()
+				if err != nil {
+					return err
+				}
+				e.loss.erased = reads
+			}
 			return e.probeStale(ctx)
 		}
 		if e.opts.Break != "nogeneration" {
@@ -108,11 +118,6 @@ func restoreScenario(lose func(ctx context.Context, e *env) error) func(ctx cont
 		if err := goBack(); err != nil {
 			return err
 		}
-		reads, err := e.storeSnapshot()
-		if err != nil {
-			return err
-		}
-		e.loss.erased = reads
 		e.fault(start, -1)
 		return e.sleep(ctx, e.p.cooldown)
 	}

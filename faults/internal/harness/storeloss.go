@@ -104,7 +104,7 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 		return err
 	}
 	sl.lost = e.now()
-	if e.rd != nil {
+	if e.rd != nil && sl.erased == nil { // a restore took it already (restore.go)
 		reads, err := e.storeSnapshot()
 		if err != nil {
 			return err
