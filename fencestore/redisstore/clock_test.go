@@ -2,10 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"encoding/binary"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,39 +10,20 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
-// steppedServer starts redis-server with testdata/clockshim.c preloaded
+// steppedServer starts redis-server with redistest's clock shim preloaded
 // and returns it with a function that steps its wall clock to the real one
 // plus offset (its monotonic clock never moves), checked on TIME.
-// libfaketime's own library does not survive redis-server's jemalloc
-// (recursive clock_gettime at start), hence the shim.
 func steppedServer(t *testing.T) (*redistest.Server, func(offset time.Duration)) {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Fatal("gcc not found, needed to build the clock shim: apt-get install -y gcc")
-	}
-	dir := t.TempDir()
-	lib := filepath.Join(dir, "clockshim.so")
-	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-o", lib, "testdata/clockshim.c").CombinedOutput(); err != nil {
-		t.Fatalf("building the clock shim: %v\n%s", err, out)
-	}
-	offsetFile := filepath.Join(dir, "offset")
-	if err := os.WriteFile(offsetFile, make([]byte, 8), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := redistest.StartEnv(t, []string{"LD_PRELOAD=" + lib, "FENCEPROXY_CLOCK_OFFSET_FILE=" + offsetFile})
-	f, err := os.OpenFile(offsetFile, os.O_WRONLY, 0)
+	shim, err := redistest.BuildClockShim(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.Close() })
+	srv := redistest.StartEnv(t, shim.Env())
 	c := srv.Client(t)
 	step := func(offset time.Duration) {
 		t.Helper()
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], uint64(int64(offset)))
-		// In place, never truncated: the server has the file mapped.
-		if _, err := f.WriteAt(b[:], 0); err != nil {
+		if err := shim.Step(offset); err != nil {
 			t.Fatal(err)
 		}
 		now, err := c.Time(t.Context()).Result()

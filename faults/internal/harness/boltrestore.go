@@ -33,7 +33,7 @@ import (
 //     (a measure= line: detectable=no, and how many stale tokens reached its
 //     upstream, one of its own outside the checked history).
 //
-// The "coldall" control removes the generation file in the file-only
+// The "nogeneration" control removes the generation file in the file-only
 // variant (a replica that remembers nothing, as without the generation
 // check) and runs no recovery: the stale tokens are admitted, in the
 // checked history, and the scenario fails.
@@ -74,7 +74,7 @@ func boltRestore(ctx context.Context, e *env) error {
 	e.bolt = []*boltVariant{fileOnly, withGen}
 
 	var checked []check.Op
-	defer func() { e.addOps(checked) }()
+	defer func() { e.addOps(checked...) }()
 	if err := e.boltPlay(ctx, fileOnly, e.proxies[0], e.ld, e.up, resourceName(0), &checked); err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (e *env) boltPlay(ctx context.Context, v *boltVariant, r *Replica, ld *load
 			return err
 		}
 	}
-	control := e.opts.Break == "coldall" && v.name == "file-only"
+	control := e.opts.Break == "nogeneration" && v.name == "file-only"
 	if control {
 		if err := os.Remove(files[1]); err != nil {
 			return err
@@ -245,7 +245,7 @@ func copyFile(from, to string) error {
 // it back; the with-generation-file variant played to its end. The
 // control expects nothing (its stale admissions fail it).
 func expectBoltRestore(e *env, _ []check.Op) []string {
-	if e.opts.Break == "coldall" {
+	if e.opts.Break == "nogeneration" {
 		return nil
 	}
 	if len(e.bolt) != 2 {

@@ -28,7 +28,7 @@ func TestExpectBoltRestore(t *testing.T) {
 		{name: "no recovery", spoil: func(v []*boltVariant) []*boltVariant { v[0].recovered = false; return v }, want: "runbook"},
 		{name: "nothing sent", spoil: func(v []*boltVariant) []*boltVariant { v[0].sent, v[0].storeLost = 0, 0; return v }, want: "0 of 0"},
 		{name: "one variant only", spoil: func(v []*boltVariant) []*boltVariant { return v[:1] }, want: "both variants"},
-		{name: "the control expects nothing", brk: "coldall", spoil: func(v []*boltVariant) []*boltVariant { v[0].storeLost = 0; return v }},
+		{name: "the control expects nothing", brk: "nogeneration", spoil: func(v []*boltVariant) []*boltVariant { v[0].storeLost = 0; return v }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &env{opts: Options{Break: tc.brk}, bolt: tc.spoil(good())}

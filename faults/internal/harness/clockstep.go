@@ -2,23 +2,18 @@ package harness
 
 import (
 	"context"
-	_ "embed"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/faults/check"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
 // clock-step: the store's wall clock stepped forward and back by a day, as
 // an NTP step or a failover to a host whose clock differs does, while the
-// load runs. redis-server runs with a small LD_PRELOAD library (shim/,
+// load runs. redis-server runs with a small LD_PRELOAD library (redistest.ClockShim,
 // compiled with gcc at the scenario's start) that adds an offset, read
 // from a file the harness rewrites, to its wall clock; its monotonic clock
 // is left alone.
@@ -38,9 +33,6 @@ import (
 //     forwarded and answered 200, not held until a deadline the stepped
 //     clock puts a day away.
 
-//go:embed shim/clockshim.c
-var clockShimSource []byte
-
 const (
 	clockStep = 24 * time.Hour
 	// clockWork is how long the service works on the forward round's older
@@ -54,41 +46,23 @@ const (
 	clockNewerAfter = 3 * shortDeadline
 )
 
-// clockEnv compiles the shim into the scenario's directory, creates the
-// offset file (0: the real clock) and returns the environment that loads
-// it into redis-server.
+// clockEnv compiles the shim into the scenario's directory, with its
+// offset at 0 (the real clock), and returns the environment that loads it
+// into redis-server.
 func clockEnv(e *env) ([]string, error) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		return nil, errors.New("gcc not found (the clock shim is compiled at the start): apt-get install -y gcc")
-	}
 	dir, err := mkdir(e.h.dir, "clockshim")
 	if err != nil {
 		return nil, err
 	}
-	src, lib := filepath.Join(dir, "clockshim.c"), filepath.Join(dir, "clockshim.so")
-	if err := os.WriteFile(src, clockShimSource, 0o644); err != nil {
+	if e.clockShim, err = redistest.BuildClockShim(dir); err != nil {
 		return nil, err
 	}
-	if out, err := exec.Command("gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("gcc clockshim.c: %w: %s", err, out)
-	}
-	e.clockFile = filepath.Join(dir, "offset")
-	if err := e.stepClock(0); err != nil {
-		return nil, err
-	}
-	return []string{"LD_PRELOAD=" + lib, "FAULTS_CLOCK_FILE=" + e.clockFile}, nil
+	return e.clockShim.Env(), nil
 }
 
 // stepClock sets the store's clock offset from the real time.
 func (e *env) stepClock(d time.Duration) error {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(int64(d)))
-	f, err := os.OpenFile(e.clockFile, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(b[:], 0); err != nil {
+	if err := e.clockShim.Step(d); err != nil {
 		return err
 	}
 	e.logf("store clock offset %v", d)
@@ -126,8 +100,8 @@ func clockSteps(ctx context.Context, e *env) error {
 		r, err := e.clockForward(hc, i)
 		e.mu.Lock()
 		e.clockRounds = append(e.clockRounds, r)
-		e.keep(r.old, r.nw)
 		e.mu.Unlock()
+		e.addOps(r.old, r.nw)
 		if err != nil {
 			return err
 		}

@@ -227,10 +227,10 @@ func drainWake(ctx context.Context, e *env) error {
 	}
 	e.mu.Lock()
 	e.wake = trials
-	for _, t := range trials {
-		e.keep(t.old, t.nw)
-	}
 	e.mu.Unlock()
+	for _, t := range trials {
+		e.addOps(t.old, t.nw)
+	}
 	return nil
 }
 
@@ -469,12 +469,8 @@ func (e *env) finish(p *expiryProbe, faultEnd int64, frozen bool) []string {
 				map[bool]string{true: "frozen", false: "killed"}[frozen], e.upstreamTimeout()))
 		}
 	}
+	e.addOps(p.old, p.nw, p.later)
 	e.mu.Lock()
-	for _, op := range []check.Op{p.old, p.nw, p.later} {
-		if op.Call != 0 {
-			e.extra = append(e.extra, op)
-		}
-	}
 	e.probes = append(e.probes, *p)
 	e.mu.Unlock()
 	switch {

@@ -181,9 +181,9 @@ type env struct {
 	// as en_US.UTF-8 does.
 	trials   []wakeTrial
 	collates bool
-	// clockFile holds the store's clock offset (clock-step); clockRounds
-	// are its forward rounds.
-	clockFile   string
+	// clockShim steps the store's clock (clock-step); clockRounds are its
+	// forward rounds.
+	clockShim   *redistest.ClockShim
 	clockRounds []clockRound
 	// herd are the herd scenario's phases.
 	herd []herdPhase
@@ -192,6 +192,8 @@ type env struct {
 	// wentBack is when a restore scenario's store went back (the kill
 	// before the restore or the promotion).
 	wentBack int64
+	// probe is a restore scenario's stale probe (restore.go).
+	probe *restoreProbe
 	// bolt are bolt-restore's variants (boltrestore.go).
 	bolt []*boltVariant
 }
@@ -449,20 +451,47 @@ func (e *env) checkpoint(before int64, reads []check.Op) {
 // and the sum of the differences: marks the store lost.
 func (e *env) lostMarks(ops []check.Op) (resources int, tokens uint64) {
 	for _, cp := range e.checkpoints {
-		hi := map[string]uint64{}
-		for i := range ops {
-			if ops[i].Outcome == check.Admitted && ops[i].Return < cp.before {
-				hi[ops[i].Resource] = max(hi[ops[i].Resource], ops[i].Token)
-			}
+		n, tok := marksBelow(ops, cp.before, cp.reads)
+		resources += n
+		tokens += tok
+	}
+	return resources, tokens
+}
+
+// marksBelow counts the reads whose mark is below the greatest token of
+// their resource admitted (answered 2xx) before t, and the sum of the
+// differences.
+func marksBelow(ops []check.Op, t int64, reads []check.Op) (resources int, tokens uint64) {
+	hi := map[string]uint64{}
+	for i := range ops {
+		if ops[i].Outcome == check.Admitted && ops[i].Return < t {
+			hi[ops[i].Resource] = max(hi[ops[i].Resource], ops[i].Token)
 		}
-		for _, r := range cp.reads {
-			if r.Mark < hi[r.Resource] {
-				resources++
-				tokens += hi[r.Resource] - r.Mark
-			}
+	}
+	for _, r := range reads {
+		if r.Mark < hi[r.Resource] {
+			resources++
+			tokens += hi[r.Resource] - r.Mark
 		}
 	}
 	return resources, tokens
+}
+
+// lossAt is the instant whose admitted tokens the store must still hold
+// after a store-loss scenario's fault: when a restore scenario's store went
+// back (the kill after the backup was taken, or before the promotion of the
+// lagging replica), else when the fault began. A restore takes back exactly
+// what was admitted between its backup and that instant: the backup holds
+// everything admitted before it, so counting against the start of the
+// scenario's fault (before the backup) would find nothing taken back.
+func (e *env) lossAt() int64 {
+	if e.wentBack > 0 {
+		return e.wentBack
+	}
+	if e.loss != nil {
+		return e.loss.start
+	}
+	return 0
 }
 
 // inWindow reports whether t falls in a fault window hitting replica (or
@@ -505,11 +534,14 @@ func latencies(ops []check.Op) (time.Duration, time.Duration) {
 	return q(0.50), q(0.99)
 }
 
-// keep adds the ops that were sent (those with an ID) to the history the
-// checkers read beside the load's (e.extra); the caller holds e.mu.
-func (e *env) keep(ops ...check.Op) {
+// addOps adds the scenario's own operations that were sent (those with a
+// call time: a trial stopped early leaves the rest unsent) to the history
+// the checkers read beside the load's (e.extra).
+func (e *env) addOps(ops ...check.Op) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, op := range ops {
-		if op.ID != "" {
+		if op.Call != 0 {
 			e.extra = append(e.extra, op)
 		}
 	}

@@ -191,7 +191,7 @@ func etcdLeaderKill(ctx context.Context, e *env) error {
 			return err
 		}
 		e.checkpoint(k.start, reads)
-		e.addOps(reads)
+		e.addOps(reads...)
 		if err := e.sleep(ctx, time.Second); err != nil {
 			return err
 		}
@@ -205,7 +205,7 @@ func etcdLeaderKill(ctx context.Context, e *env) error {
 			return err
 		}
 		e.checkpoint(k.restart, reads)
-		e.addOps(reads)
+		e.addOps(reads...)
 		e.mu.Lock()
 		e.etcdKills = append(e.etcdKills, k)
 		e.mu.Unlock()
@@ -226,13 +226,6 @@ func etcdLeaderKill(ctx context.Context, e *env) error {
 // for its TTL and an election timeout (1s), less the time the killed
 // member stays down.
 const etcdRecordHold = 3 * time.Second
-
-// addOps adds operations of the scenario's own to the checked history.
-func (e *env) addOps(ops []check.Op) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.extra = append(e.extra, ops...)
-}
 
 // etcdKillFields: per round (comma lists in long mode), the killed leader
 // and the new one, the time to the new leader (elected_ms: a survivor's
@@ -409,7 +402,7 @@ func (e *env) etcdWipe(ctx context.Context) error {
 		return err
 	}
 	e.checkpoint(k.start, reads)
-	e.addOps(reads)
+	e.addOps(reads...)
 	for _, r := range e.proxies {
 		if err := r.Restart(); err != nil {
 			return err

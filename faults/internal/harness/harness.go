@@ -28,26 +28,48 @@ type Options struct {
 	// Run selects scenarios by name; nil runs all.
 	Run *regexp.Regexp
 	// Break starts a deliberately broken system, to show that the checks
-	// can fail: "memory" (each replica its own FENCE_STORE=memory), "bypass"
-	// (some refused requests also go straight to the upstream),
-	// "nopersist" (Redis without AOF, killed, and every replica restarted
-	// with it: the loss no replica can notice), "nodrain" (the proxies run with
-	// FENCE_DRAIN=off while the order figures stay fatal), "noraise" (in
-	// the store-loss scenarios the operator forces the identity record
-	// without raising the marks first), "etcdwipe" (in etcd-leader-kill a
-	// follower frozen while the others commit, both of those killed, the
-	// leader restarted on an empty data directory: a majority without the
-	// last marks), "shortdeadline" (client-gives-up and clock-step: the
-	// proxies' FENCE_UPSTREAM_TIMEOUT, 100 ms, shorter than the service's
-	// processing, so that the barrier lets newer requests go while an
-	// older one is still being processed, as a proxy that released on its
-	// client's leaving, or timed deadlines by a clock that stepped, would),
-	// "norelease" (failover-barrier: replica 1 frozen from the master's
-	// kill until past its requests' deadlines, so that their releases
-	// never come, as without release retries), "coldall" (the restore
-	// scenarios: every replica restarted together with the restored store,
-	// so that none remembers the newer generation, as replicas without the
-	// generation check behave). Empty for a real run.
+	// can fail; empty for a real run. A control shows that the figures it
+	// is judged on catch the failure it injects; only where the injected
+	// failure is the broken part itself does it show that the real run's
+	// pass comes from that part.
+	//   - "memory": each replica its own FENCE_STORE=memory.
+	//   - "bypass": some refused requests also go straight to the upstream.
+	//   - "nopersist": Redis without AOF, killed, and every replica
+	//     restarted with it: the loss no replica can notice.
+	//   - "nodrain": the proxies run with FENCE_DRAIN=off while the order
+	//     figures stay fatal. On herd it shows that the herd's order
+	//     figures catch writers that pass the held one; it does not touch
+	//     the herd's cost figure (herd_ratio: store commands per decided
+	//     request, 100 writers against one), which only a proxy with a
+	//     broadcast wake-up would raise, and the binary has no setting
+	//     for that (judgeHerd's own judgment is tested on figures:
+	//     TestJudgeHerd).
+	//   - "noraise": in the store-loss scenarios the operator forces the
+	//     identity record without raising the marks first.
+	//   - "etcdwipe": in etcd-leader-kill a follower frozen while the
+	//     others commit, both of those killed, the leader restarted on an
+	//     empty data directory: a majority without the last marks.
+	//   - "shortdeadline": client-gives-up and clock-step with the proxies'
+	//     FENCE_UPSTREAM_TIMEOUT (100 ms) shorter than the service's
+	//     processing, so that the barrier lets newer requests go while an
+	//     older one is still being processed, as a proxy that released on
+	//     its client's leaving, or timed deadlines by a clock that stepped,
+	//     would. It emulates those failures; it does not run them.
+	//   - "norelease": failover-barrier with replica 1 frozen from the
+	//     master's kill until every resource admitted again (or 15 s), so
+	//     that the releases it owes never come. It shows that resume_s and
+	//     resources_not_resumed catch resources held by entries whose
+	//     releases never come. It cannot tell a proxy that retries its
+	//     releases from one that does not (a frozen replica sends nothing
+	//     either way, and a correct system fails it too): that needs a
+	//     proxy with release retries off, which the binary has no setting
+	//     for. The retries themselves are shown by the real run passing.
+	//   - "nogeneration": redis-restore with the restored copy's generation
+	//     raised above any a replica has seen, so that the generation check
+	//     has nothing to refuse (as without it), and no recovery: the stale
+	//     probe, which the real run refuses store-lost, is admitted
+	//     (restore.go); bolt-restore with the generation file removed with
+	//     the restore (boltrestore.go).
 	Break string
 	// Dir is where the work directories go; os.TempDir() if empty.
 	Dir string
@@ -60,7 +82,7 @@ type Options struct {
 }
 
 // Breaks lists the valid Options.Break values.
-var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "noraise", "etcdwipe", "shortdeadline", "norelease", "coldall"}
+var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "noraise", "etcdwipe", "shortdeadline", "norelease", "nogeneration"}
 
 // Result is one scenario's outcome.
 type Result struct {

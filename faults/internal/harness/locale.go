@@ -108,8 +108,8 @@ func localeTrials(ctx context.Context, e *env) error {
 		})
 		e.mu.Lock()
 		e.trials = append(e.trials, t)
-		e.keep(t.old, t.nw)
 		e.mu.Unlock()
+		e.addOps(t.old, t.nw)
 	}
 	e.fault(start, -1)
 	return e.sleep(ctx, e.p.cooldown)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -259,23 +260,39 @@ func (g *sentinelGroup) masters() ([]string, error) {
 // waitMaster waits until every sentinel names want and want says it is a
 // master.
 func (g *sentinelGroup) waitMaster(want string, timeout time.Duration) error {
-	return waitFor(nil, timeout, "sentinels name "+want+" master", func() error {
+	_, err := g.waitAgreed("sentinels name "+want+" master", timeout, func(m string) bool { return m == want })
+	return err
+}
+
+// waitNewMaster waits until every sentinel names one master other than
+// old, and it says it is a master; it returns its address.
+func (g *sentinelGroup) waitNewMaster(old string, timeout time.Duration) (string, error) {
+	return g.waitAgreed("sentinels name a new master", timeout, func(m string) bool { return m != old })
+}
+
+// waitAgreed waits until every sentinel names one master that ok accepts,
+// and it says it is a master; it returns its address.
+func (g *sentinelGroup) waitAgreed(what string, timeout time.Duration, ok func(string) bool) (string, error) {
+	var got string
+	err := waitFor(nil, timeout, what, func() error {
 		ms, err := g.masters()
 		if err != nil {
 			return err
 		}
 		for _, m := range ms {
-			if m != want {
-				return fmt.Errorf("a sentinel names %s", m)
+			if m != ms[0] || !ok(m) {
+				return fmt.Errorf("sentinels name %s", strings.Join(ms, ","))
 			}
 		}
-		info, err := redistest.Info(want, nil, "replication")
+		info, err := redistest.Info(ms[0], nil, "replication")
 		if err != nil {
 			return err
 		}
 		if info["role"] != "master" {
-			return fmt.Errorf("%s has role %s", want, info["role"])
+			return fmt.Errorf("%s has role %s", ms[0], info["role"])
 		}
+		got = ms[0]
 		return nil
 	})
+	return got, err
 }

@@ -3,12 +3,15 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/fenceproxy/fenceproxy/faults/check"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
 // The restore scenarios: the store goes back in time while both replicas
@@ -35,68 +38,180 @@ import (
 // cold in that window, before any warm one met the older store, cannot
 // tell; the scenarios print it and do not run that case.
 //
-// The "coldall" control restarts every replica right after the store went
-// back, so that none remembers the newer generation (what replicas without
-// the generation check do), and runs no recovery: the stale tokens the
-// older store admits are stale admissions.
+// Each restore scenario also sends one stale token it can name: before the
+// backup, token restoreProbeToken on a resource of its own through replica
+// 0; between the backup and the restore, the next token there through
+// replica 0, and a write through replica 1 (so that it has seen a
+// generation the backup lacks); once the store went back, restoreProbeToken
+// again through replica 1, which never saw that resource's newer mark. The
+// older store holds restoreProbeToken as the mark: only the generation
+// check can refuse it (503 store-lost), and the scenario requires that it
+// does (stale_probe=store-lost).
+//
+// The "nogeneration" control (redis-restore) breaks only that check: the restore
+// puts back the backup with its generation raised far above any a replica
+// has seen (a command appended to the restored AOF, applied as the server
+// loads it), as replicas without the check would see it. Everything else is
+// as in the real run, except that no recovery runs (nothing tells anyone to
+// recover): the probe and the load's stale holders are admitted from the
+// older store, stale_admissions, stale_below_admitted and unfenced_forwards,
+// which the real run keeps at 0 in the same situation. The marks the store
+// took back are printed (erased_marks), not counted as lost: the real run
+// loses them too until its recovery; and reads of the older store are left
+// out of the history for the same reason.
 
 // restoreAfter is how long the load runs between the backup and the
 // restore: the marks admitted meanwhile are what the restore takes back.
 const restoreAfter = 2 * time.Second
 
+const (
+	restoreProbeResource = "restore-probe"
+	restoreWarmResource  = "restore-warm"
+	restoreProbeToken    = 10
+)
+
+// restoreProbe is what the probe of a restore scenario recorded.
+type restoreProbe struct {
+	hc     *http.Client
+	ops    []check.Op // also in the checked history (env.extra)
+	answer string     // the stale token's last answer: store-lost, admitted, stale, unavailable, failed
+}
+
 // restoreScenario runs lose (the store goes back) as a store loss with the
-// runbook's recovery, or, in the "coldall" control, restarts every replica
-// after it and lets the load run on.
+// runbook's recovery, or, in the "nogeneration" control, with the generation
+// check defeated and no recovery. lose calls e.probeBetween once its backup
+// holds the probe's first token and not its second.
 func restoreScenario(lose func(ctx context.Context, e *env) error) func(ctx context.Context, e *env) error {
 	return func(ctx context.Context, e *env) error {
-		if e.opts.Break != "coldall" {
-			return e.loseStore(ctx, func() error { return lose(ctx, e) })
+		e.probe = &restoreProbe{hc: newClient()}
+		defer e.probe.hc.CloseIdleConnections()
+		goBack := func() error {
+			if err := e.probeSend(0, restoreProbeResource, restoreProbeToken); err != nil {
+				return err
+			}
+			if err := lose(ctx, e); err != nil {
+				return err
+			}
+			// What the older store holds, before the probe and the load's
+			// requests meet it (warm replicas write marks back from their
+			// caches): erased_marks.
+			if e.rd != nil {
+				reads, err := e.storeSnapshot()
+				if err != nil {
+					return err
+				}
+				e.loss.erased = reads
+			}
+			return e.probeStale(ctx)
+		}
+		if e.opts.Break != "nogeneration" {
+			return e.loseStore(ctx, goBack)
+		}
+		if e.sc.name != "redis-restore" {
+			return fmt.Errorf("the nogeneration control runs on redis-restore and bolt-restore, not %s", e.sc.name)
 		}
 		if err := e.sleep(ctx, e.p.warmup); err != nil {
 			return err
 		}
 		start := e.now()
-		if err := lose(ctx, e); err != nil {
+		e.loss = &storeLoss{start: start}
+		if err := goBack(); err != nil {
 			return err
-		}
-		if e.rd != nil {
-			// What the store holds now, against what was admitted before
-			// it went back: lost_marks.
-			reads, err := e.storeSnapshot()
-			if err != nil {
-				return err
-			}
-			e.checkpoint(e.wentBack, reads)
-		}
-		for _, r := range e.proxies {
-			if err := r.Kill(); err != nil {
-				return err
-			}
-			if err := r.Restart(); err != nil {
-				return err
-			}
 		}
 		e.fault(start, -1)
 		return e.sleep(ctx, e.p.cooldown)
 	}
 }
 
-// expectRestore is expectStoreLoss, except in the control, which runs no
-// recovery and must fail on its figures.
+// probeSend sends token on res through replica i and requires it admitted.
+func (e *env) probeSend(i int, res string, token uint64) error {
+	pr := e.probe
+	op := check.Op{ID: fmt.Sprintf("%s-probe-%d", e.sc.name, len(pr.ops)), Client: -3, Replica: i, Resource: res, Token: token}
+	e.ld.do(pr.hc, &op)
+	pr.ops = append(pr.ops, op)
+	e.addOps(op)
+	if op.Outcome != check.Admitted {
+		return fmt.Errorf("probe %s token %d through replica %d before the store went back: %d %s", res, token, i, op.Status, op.Problem)
+	}
+	return nil
+}
+
+// probeBetween runs between the backup and the restore: the probe's newer
+// token, which the restore takes back, and replica 1's write, which shows
+// it a generation the backup lacks.
+func (e *env) probeBetween() error {
+	if err := e.probeSend(0, restoreProbeResource, restoreProbeToken+1); err != nil {
+		return err
+	}
+	return e.probeSend(1, restoreWarmResource, restoreProbeToken)
+}
+
+// probeStale sends the stale token through replica 1 once the store went
+// back, again while the answer says only that the store could not be
+// reached (the restarted server, a broken connection), for 10 s at most.
+func (e *env) probeStale(ctx context.Context) error {
+	pr := e.probe
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		op := check.Op{ID: fmt.Sprintf("%s-probe-%d", e.sc.name, len(pr.ops)), Client: -3, Replica: 1,
+			Resource: restoreProbeResource, Token: restoreProbeToken}
+		e.ld.do(pr.hc, &op)
+		pr.ops = append(pr.ops, op)
+		e.addOps(op)
+		switch {
+		case op.Problem == problemStoreLost:
+			pr.answer = "store-lost"
+		case op.Outcome == check.Admitted:
+			pr.answer = "admitted"
+		case op.Outcome == check.Stale:
+			pr.answer = "stale"
+		case op.Outcome == check.Unavailable:
+			pr.answer = "unavailable"
+		default:
+			pr.answer = "failed"
+		}
+		if pr.answer != "unavailable" && pr.answer != "failed" || time.Now().After(deadline) {
+			e.logf("stale probe %s token %d through replica 1: %s (%d)", restoreProbeResource, restoreProbeToken, pr.answer, op.Status)
+			return nil
+		}
+		if err := e.sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// expectRestore is expectStoreLoss and the stale probe refused store-lost;
+// the control runs no recovery and must fail on its figures.
 func expectRestore(e *env, ops []check.Op) []string {
-	if e.opts.Break == "coldall" {
+	if e.opts.Break == "nogeneration" {
+		if e.probe == nil || e.probe.answer != "admitted" {
+			return []string{"nogeneration: the stale probe was not admitted: the restore's generation did not pass for current"}
+		}
 		return nil
 	}
-	return expectStoreLoss(true)(e, ops)
+	out := expectStoreLoss(true)(e, ops)
+	if e.probe != nil && e.probe.answer != "store-lost" {
+		out = append(out, fmt.Sprintf("the stale probe through replica 1, which had seen the newer generation, was answered %s, not 503 store-lost", e.probe.answer))
+	}
+	return out
 }
 
 // restoreFields: the store-loss figures, or in the control (no recovery)
-// the marks the store lost.
+// the marks the restore took back; then the stale probe's answer.
 func restoreFields(e *env, ops []check.Op, r *check.Report) []string {
-	if e.opts.Break == "coldall" {
-		return lostFields(e, ops, r)
+	var f []string
+	if e.opts.Break == "nogeneration" {
+		if e.loss != nil {
+			n, _ := marksBelow(ops, e.lossAt(), e.loss.erased)
+			f = append(f, fmt.Sprintf("erased_marks=%d", n))
+		}
+	} else {
+		f = storeLossFields(e, ops, r)
 	}
-	return storeLossFields(e, ops, r)
+	answer := "none"
+	if e.probe != nil && e.probe.answer != "" {
+		answer = e.probe.answer
+	}
+	return append(f, "stale_probe="+answer)
 }
 
 // redisRestore: back up the AOF directory, let the load run, then put the
@@ -111,6 +226,9 @@ func redisRestore(ctx context.Context, e *env) error {
 		return fmt.Errorf("back up %s: %v: %s", src, err, out)
 	}
 	e.logf("backed up %s", src)
+	if err := e.probeBetween(); err != nil {
+		return err
+	}
 	if err := e.sleep(ctx, restoreAfter); err != nil {
 		return err
 	}
@@ -125,10 +243,25 @@ func redisRestore(ctx context.Context, e *env) error {
 	if out, err := exec.Command("cp", "-a", filepath.Join(backup, "appendonlydir"), e.master.Dir+"/").CombinedOutput(); err != nil {
 		return fmt.Errorf("restore %s: %v: %s", src, err, out)
 	}
+	if e.opts.Break == "nogeneration" {
+		if err := appendToAOF(src, "HINCRBY", generationKey, "g", strconv.Itoa(generationForge)); err != nil {
+			return fmt.Errorf("nogeneration: %w", err)
+		}
+	}
 	if err := e.master.Restart(); err != nil {
 		return err
 	}
 	e.logf("SIGKILL redis-server pid %d, its AOF replaced by the backup of %v before, restarted as pid %d", pid, restoreAfter, e.master.Pid())
+	if e.opts.Break == "nogeneration" {
+		g, err := redistest.Do(e.master.Addr(), nil, "HGET", generationKey, "g")
+		if err != nil {
+			return fmt.Errorf("nogeneration: the restored generation: %w", err)
+		}
+		if n, _ := strconv.ParseInt(fmt.Sprint(g), 10, 64); n < generationForge {
+			return fmt.Errorf("nogeneration: the restored generation is %v, not raised by %d", g, generationForge)
+		}
+		e.logf("the restored copy's generation raised to %v", g)
+	}
 	return nil
 }
 
@@ -139,7 +272,15 @@ func laggingFailover(ctx context.Context, e *env) error {
 	if err := e.replLink.Add("lag", "latency", "downstream", map[string]any{"latency": replicationLag.Milliseconds()}); err != nil {
 		return err
 	}
-	if err := e.sleep(ctx, replicationLag); err != nil {
+	// Halfway through the lag: the probe's newer token reaches the
+	// master, and the replica only after the kill.
+	if err := e.sleep(ctx, replicationLag/2); err != nil {
+		return err
+	}
+	if err := e.probeBetween(); err != nil {
+		return err
+	}
+	if err := e.sleep(ctx, replicationLag/2); err != nil {
 		return err
 	}
 	old, next := e.master, e.replica
@@ -186,6 +327,9 @@ func etcdRestore(ctx context.Context, e *env) error {
 		return err
 	}
 	e.logf("backed up the data directories of %d members", len(ms))
+	if err := e.probeBetween(); err != nil {
+		return err
+	}
 	if err := e.sleep(ctx, restoreAfter); err != nil {
 		return err
 	}

@@ -74,10 +74,10 @@ func slowBody(ctx context.Context, e *env) error {
 		wg.Wait()
 		e.mu.Lock()
 		e.slow = append(e.slow, rounds...)
-		for _, r := range rounds {
-			e.keep(r.seed, r.old, r.nw)
-		}
 		e.mu.Unlock()
+		for _, r := range rounds {
+			e.addOps(r.seed, r.old, r.nw)
+		}
 		e.fault(start, -1)
 		e.logf("round %d: small body: older write answered %d; large body: older write answered %d",
 			i, rounds[0].old.Status, rounds[1].old.Status)

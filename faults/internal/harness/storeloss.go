@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,7 +104,7 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 		return err
 	}
 	sl.lost = e.now()
-	if e.rd != nil {
+	if e.rd != nil && sl.erased == nil { // a restore took it already (restore.go)
 		reads, err := e.storeSnapshot()
 		if err != nil {
 			return err
@@ -138,6 +141,9 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	if e.rd != nil {
 		ops = append(ops, e.rd.history()...)
 	}
+	e.mu.Lock()
+	ops = append(ops, e.extra...) // the scenario's own requests (a restore's probe)
+	e.mu.Unlock()
 	for i := range ops {
 		o := &ops[i]
 		if o.Outcome == check.Read && o.Return >= sl.start {
@@ -147,8 +153,7 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 			hi[o.Resource] = max(hi[o.Resource], m)
 		}
 	}
-	for i := range e.p.resources {
-		res := resourceName(i)
+	for _, res := range slices.Sorted(maps.Keys(hi)) {
 		if hi[res] == 0 || e.opts.Break == "noraise" {
 			continue
 		}
@@ -159,13 +164,13 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	}
 	sl.raised = e.now()
 	if e.rd != nil {
-		// What the store holds now, against what was admitted before the
-		// fault: lostMarks counts what the restore left below.
+		// What the store holds now, against what was admitted before it
+		// lost or went back: lostMarks counts what the recovery left below.
 		reads, err := e.storeSnapshot()
 		if err != nil {
 			return err
 		}
-		e.checkpoint(sl.start, reads)
+		e.checkpoint(e.lossAt(), reads)
 	}
 	sl.restore = e.now()
 	out, err := e.operator(ctx, "store", "init", "--force")
@@ -266,15 +271,24 @@ func (e *env) operator(ctx context.Context, args ...string) (string, error) {
 // dropLossReads leaves out the reads that overlap the loss, up to the last
 // raised mark: they saw the emptied store (the injected fault), which the
 // max-register model cannot express; what the store holds after the
-// restore is checked as usual.
+// restore is checked as usual. The "nogeneration" control runs no
+// recovery: every read from the fault on is left out.
 func (e *env) dropLossReads(ops []check.Op) []check.Op {
 	sl := e.loss
-	if sl == nil || sl.raised == 0 {
+	if sl == nil {
+		return ops
+	}
+	until := sl.raised
+	if e.opts.Break == "nogeneration" {
+		// No recovery: every later read sees the older store.
+		until = math.MaxInt64
+	}
+	if until == 0 {
 		return ops
 	}
 	out := ops[:0:0]
 	for _, o := range ops {
-		if o.Outcome == check.Read && o.Return >= sl.start && o.Call <= sl.raised {
+		if o.Outcome == check.Read && o.Return >= sl.start && o.Call <= until {
 			continue
 		}
 		out = append(out, o)
@@ -373,19 +387,9 @@ func storeLossFields(e *env, ops []check.Op, _ *check.Report) []string {
 		return nil
 	}
 	c := e.lossCounts(ops)
-	// Marks the fault erased: below the greatest token admitted before it.
-	hi := map[string]uint64{}
-	for i := range ops {
-		if ops[i].Outcome == check.Admitted && ops[i].Return < sl.start {
-			hi[ops[i].Resource] = max(hi[ops[i].Resource], ops[i].Token)
-		}
-	}
-	erased := 0
-	for _, r := range sl.erased {
-		if r.Mark < hi[r.Resource] {
-			erased++
-		}
-	}
+	// Marks the fault erased or took back: below the greatest token
+	// admitted before it.
+	erased, _ := marksBelow(ops, e.lossAt(), sl.erased)
 	n, tok := e.lostMarks(ops)
 	ms := func(a, b int64) int64 { return time.Duration(b - a).Milliseconds() }
 	window := "none"

@@ -1,11 +1,13 @@
 // clockshim: an LD_PRELOAD library that adds an offset to the wall clock
 // (CLOCK_REALTIME and its coarse variant, gettimeofday, time) of the process
 // it is loaded into, read on every call from the first 8 bytes of the file
-// named by FAULTS_CLOCK_FILE: a signed offset in nanoseconds, little-endian,
-// mapped shared so that a write to the file steps the running process's
-// clock. The monotonic clocks are left alone (an NTP step leaves them too).
-// It calls the kernel directly (no dlsym, no allocation), so that it cannot
-// recurse through an allocator that reads the clock.
+// named by CLOCKSHIM_OFFSET_FILE: a signed offset in nanoseconds,
+// little-endian, mapped shared so that a write to the file steps the running
+// process's clock. The monotonic clocks are left alone (an NTP step leaves
+// them too). It calls the kernel directly (no dlsym, no allocation), so that
+// it cannot recurse through an allocator that reads the clock (libfaketime's
+// own library does not survive redis-server's jemalloc). Built and driven by
+// ../clockshim.go.
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdint.h>
@@ -21,7 +23,7 @@ static int state; /* 0 not tried, 1 mapped, 2 failed */
 
 static int64_t offset(void) {
 	if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 0) {
-		const char *path = getenv("FAULTS_CLOCK_FILE");
+		const char *path = getenv("CLOCKSHIM_OFFSET_FILE");
 		if (path == NULL) {
 			/* Called before the environment is set up (an allocator's
 			 * constructor): try again on the next call. */
