@@ -225,7 +225,7 @@ func (s *Store) missing(ctx context.Context, key string, members []string) ([]st
 // still hold it (each would give it up by its own clock otherwise).
 func (s *Store) giveUp(key, member string) {
 	s.log.Debug("drain gave up an older request past its bound", zap.String("key", key), zap.String("member", member))
-	s.release(release{key: key, member: member}, time.Time{}, true, true)
+	s.release(release{key: key, member: member}, time.Time{}, true)
 }
 
 // watchAll registers w for the members of remaining, and removes from it

@@ -85,6 +85,7 @@ type Store struct {
 	// flights are this store's registrations until their Release.
 	channel   string
 	pend      *pendingReleases
+	dropped   atomic.Uint64 // releases dropped from a full pend (releaseDropped)
 	idPrefix  string
 	ids       atomic.Uint64
 	drainPoll time.Duration

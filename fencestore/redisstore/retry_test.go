@@ -38,3 +38,35 @@ func TestReleaseRetried(t *testing.T) {
 		})
 	}
 }
+
+// A release Redis could not take until long after the request's bound and
+// fencestore.AbandonMargin had passed (Redis down that long) is still sent
+// when Redis comes back: a request admitted afterwards through another
+// replica finds the entry released (or is woken by its release) instead of
+// watching it out for the whole bound.
+func TestReleaseRetriedPastBound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts redisstore.Options
+	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+			a, b := replicas(t, srv, tc.opts)
+			const bound = 2 * time.Second
+			old := flyThrough(t, a, fencestore.Admission{Resource: "r", Token: 41, Flight: bound})
+			srv.Kill()
+			a.Release(old)
+			// Down past the bound and the margin: what the release was
+			// retried for at most before.
+			time.Sleep(bound + fencestore.AbandonMargin + time.Second)
+			srv.Restart(t)
+			newer := flyThrough(t, b, fencestore.Admission{Resource: "r", Token: 42, Flight: time.Minute})
+			expired, err := b.Drain(t.Context(), newer)
+			if err != nil || expired {
+				t.Fatalf("Drain of 42 = (%v, %v) with 41's release owed since before the outage; want (false, nil): "+
+					"the release, not the waiter's clock, ends 41", expired, err)
+			}
+			b.Release(newer)
+		})
+	}
+}
