@@ -55,23 +55,11 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 	if err := s.check(ctx); err != nil {
 		return "", err
 	}
-	id := fencestore.NewIdentity(force)
-	put := clientv3.OpPut(s.keys.identity, id)
 	if force {
-		// Only over a lost store (no record, a lost record) or a record
-		// an operator forced before.
-		held, err := s.Identity(ctx)
-		if err != nil {
-			return "", err
-		}
-		if held != "" && !fencestore.IsLostRecord(held) && !fencestore.Forced(held) {
-			return "", fencestore.ErrNotLost
-		}
-		if _, err := s.client.Put(ctx, s.keys.identity, id); err != nil {
-			return "", s.fail(ctx, "init", err)
-		}
-		return id, nil
+		return s.force(ctx)
 	}
+	id := fencestore.NewIdentity()
+	put := clientv3.OpPut(s.keys.identity, id)
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.Version(s.keys.identity), "=", 0)).
 		Then(put).Commit()
@@ -82,6 +70,47 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 		return "", fencestore.ErrIdentityExists
 	}
 	return id, nil
+}
+
+// force writes an operator's forced record (fencestore.ForceOver) over
+// the one held, only if it is still the one read: a compare of the
+// record's revision, retried on conflict, so that the stamp is later than
+// the record it replaces even when a replica marks the store lost between
+// the read and the write.
+func (s *Store) force(ctx context.Context) (string, error) {
+	for range casAttempts {
+		held, rev, err := s.heldIdentity(ctx, "init")
+		if err != nil {
+			return "", err
+		}
+		id, err := fencestore.ForceOver(held)
+		if err != nil {
+			return "", err
+		}
+		t, err := s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(s.keys.identity), "=", rev)).
+			Then(clientv3.OpPut(s.keys.identity, id)).Commit()
+		if err != nil {
+			return "", s.fail(ctx, "init", err)
+		}
+		if t.Succeeded {
+			return id, nil
+		}
+	}
+	return "", fencestore.Unavailable(fmt.Errorf("etcdstore: init: %w", errContended))
+}
+
+// heldIdentity reads the identity record ("" for none) and its
+// modification revision (0 for none), for a compare-and-swap.
+func (s *Store) heldIdentity(ctx context.Context, op string) (string, int64, error) {
+	resp, err := s.client.Get(ctx, s.keys.identity)
+	if err != nil {
+		return "", 0, s.fail(ctx, op, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", 0, nil
+	}
+	return string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision, nil
 }
 
 // Expect makes every later admission compare the identity record with id
@@ -125,19 +154,14 @@ func (s *Store) MarkLost(ctx context.Context, want string) (string, error) {
 		return "", err
 	}
 	for range casAttempts {
-		resp, err := s.client.Get(ctx, s.keys.identity)
+		held, rev, err := s.heldIdentity(ctx, "mark lost")
 		if err != nil {
-			return "", s.fail(ctx, "mark lost", err)
+			return "", err
 		}
-		var held string
-		var rev int64
-		if len(resp.Kvs) > 0 {
-			held, rev = string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
-		}
-		if fencestore.IsLostRecord(held) || fencestore.Supersedes(held, want) {
+		lost, keep := fencestore.LostOver(held, want)
+		if keep {
 			return held, nil
 		}
-		lost := fencestore.LostRecord()
 		t, err := s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(s.keys.identity), "=", rev)).
 			Then(clientv3.OpPut(s.keys.identity, lost)).Commit()
