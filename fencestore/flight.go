@@ -31,9 +31,10 @@ type Flight struct {
 	// Older is set when a request for the same resource ordered before this
 	// one was in flight when it was admitted: call Drain before forwarding.
 	Older bool
-	// Key and Ref identify the registration to the store that made it (the
-	// Redis store: the in-flight key and the member; LocalFlights: the
-	// resource and the registration number in Seq).
+	// Key, Ref and Seq identify the registration to the store that made
+	// it (the Redis store: the in-flight key and the member; etcd: the
+	// in-flight key, and the admission's revision in Seq; LocalFlights:
+	// the resource and the registration number in Seq).
 	Key, Ref string
 	Seq      uint64
 	// Order is the request's place in the order.
