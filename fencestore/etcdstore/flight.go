@@ -356,7 +356,10 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 		return false, err
 	}
 	defer s.leave(w)
-	wt := &waiter{remaining: maps.Clone(o.older), wake: make(chan struct{}, 1)}
+	wt := &waiter{remaining: maps.Clone(o.older), abandonAt: make(map[string]time.Time, len(o.older)), wake: make(chan struct{}, 1)}
+	for key, bound := range o.older {
+		wt.abandonAt[key] = s.watched.AbandonAt(key, o.seen, bound)
+	}
 	check := w.register(wt, o.rev)
 	defer w.unregister(wt)
 	if check {
@@ -371,7 +374,7 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 	}
 	expired := false
 	for {
-		left, next := w.pending(wt, o.seen)
+		left, next := w.pending(wt)
 		if left == 0 {
 			return expired, nil
 		}
@@ -379,7 +382,7 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 		select {
 		case <-wt.wake:
 		case <-t.C:
-			for key, bound := range w.due(wt, o.seen) {
+			for key, bound := range w.due(wt) {
 				expired = true
 				s.batch.release(key, releaseUntil(time.Now(), bound))
 			}
