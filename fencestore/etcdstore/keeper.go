@@ -73,44 +73,46 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 }
 
 // force writes an operator's forced record (fencestore.ForceOver) over
-// the one held, only if it is still the one read: a compare of the
-// record's revision, retried on conflict, so that the stamp is later than
-// the record it replaces even when a replica marks the store lost between
-// the read and the write.
+// the one held, only if it is still the one read, so that the stamp is
+// later than the record it replaces even when a replica marks the store
+// lost between the read and the write.
 func (s *Store) force(ctx context.Context) (string, error) {
-	for range casAttempts {
-		held, rev, err := s.heldIdentity(ctx, "init")
-		if err != nil {
-			return "", err
-		}
+	return s.swapIdentity(ctx, "init", func(held string) (string, bool, error) {
 		id, err := fencestore.ForceOver(held)
+		return id, false, err
+	})
+}
+
+// swapIdentity replaces the identity record with what next makes of the
+// one held ("" for none), or leaves it when next says keep: a compare of
+// the record's revision with the one read, retried on conflict. It returns
+// the record the store holds after it.
+func (s *Store) swapIdentity(ctx context.Context, op string, next func(held string) (id string, keep bool, err error)) (string, error) {
+	for range casAttempts {
+		resp, err := s.client.Get(ctx, s.keys.identity)
 		if err != nil {
-			return "", err
+			return "", s.fail(ctx, op, err)
+		}
+		var held string
+		var rev int64
+		if len(resp.Kvs) > 0 {
+			held, rev = string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
+		}
+		id, keep, err := next(held)
+		if err != nil || keep {
+			return id, err
 		}
 		t, err := s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(s.keys.identity), "=", rev)).
 			Then(clientv3.OpPut(s.keys.identity, id)).Commit()
 		if err != nil {
-			return "", s.fail(ctx, "init", err)
+			return "", s.fail(ctx, op, err)
 		}
 		if t.Succeeded {
 			return id, nil
 		}
 	}
-	return "", fencestore.Unavailable(fmt.Errorf("etcdstore: init: %w", errContended))
-}
-
-// heldIdentity reads the identity record ("" for none) and its
-// modification revision (0 for none), for a compare-and-swap.
-func (s *Store) heldIdentity(ctx context.Context, op string) (string, int64, error) {
-	resp, err := s.client.Get(ctx, s.keys.identity)
-	if err != nil {
-		return "", 0, s.fail(ctx, op, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return "", 0, nil
-	}
-	return string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision, nil
+	return "", fencestore.Unavailable(fmt.Errorf("etcdstore: %s: %w", op, errContended))
 }
 
 // Expect makes every later admission compare the identity record with id
@@ -153,26 +155,10 @@ func (s *Store) MarkLost(ctx context.Context, want string) (string, error) {
 	if err := s.check(ctx); err != nil {
 		return "", err
 	}
-	for range casAttempts {
-		held, rev, err := s.heldIdentity(ctx, "mark lost")
-		if err != nil {
-			return "", err
-		}
+	return s.swapIdentity(ctx, "mark lost", func(held string) (string, bool, error) {
 		lost, keep := fencestore.LostOver(held, want)
-		if keep {
-			return held, nil
-		}
-		t, err := s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(s.keys.identity), "=", rev)).
-			Then(clientv3.OpPut(s.keys.identity, lost)).Commit()
-		if err != nil {
-			return "", s.fail(ctx, "mark lost", err)
-		}
-		if t.Succeeded {
-			return lost, nil
-		}
-	}
-	return "", fencestore.Unavailable(fmt.Errorf("etcdstore: mark lost: %w", errContended))
+		return lost, keep, nil
+	})
 }
 
 func (s *Store) expectation() string {

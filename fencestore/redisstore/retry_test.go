@@ -10,15 +10,19 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
 
+// batchings are the two ways a store sends releases: riding group-commit
+// pipelines, or each on its own.
+var batchings = []struct {
+	name string
+	opts redisstore.Options
+}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}}
+
 // A release sent while Redis is down is sent again until Redis
 // acknowledges it: once Redis is back (its AOF kept the entry), the entry
 // goes without anybody waiting on it, instead of holding the next request
 // of its resource until its waiters give it up.
 func TestReleaseRetried(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts redisstore.Options
-	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+	for _, tc := range batchings {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 			s, _ := newStore(t, srv, tc.opts)
@@ -45,10 +49,7 @@ func TestReleaseRetried(t *testing.T) {
 // replica finds the entry released (or is woken by its release) instead of
 // watching it out for the whole bound.
 func TestReleaseRetriedPastBound(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts redisstore.Options
-	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+	for _, tc := range batchings {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 			a, b := replicas(t, srv, tc.opts)
