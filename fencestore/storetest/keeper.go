@@ -122,6 +122,7 @@ func testIdentity(t *testing.T, s KeeperStore, lose func(t *testing.T, s KeeperS
 	// since: the next force, stamped here, still supersedes it, or no
 	// replica would ever take it up.
 	ahead := fmt.Sprintf("forced-%013d-%032x", time.Now().Add(time.Hour).UnixMilli(), 1)
+	ctx = ctxT(t) // a Cluster writes every slot's record in each step: a bound of their own
 	marked, err = s.MarkLost(ctx, ahead)
 	if err != nil || !fencestore.IsLostRecord(marked) {
 		t.Fatalf("MarkLost(%q) over %q = %q, %v; want a lost record", ahead, second, marked, err)
