@@ -68,8 +68,8 @@ func (w *Watched) Forget(id string) {
 	delete(w.m, id)
 }
 
-// Len is how many entries the table holds (tests).
-func (w *Watched) Len() int {
+// size is how many entries the table holds (tests).
+func (w *Watched) size() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.m)

@@ -37,7 +37,7 @@ func TestWatched(t *testing.T) {
 	w.AbandonAt("old", t0.Add(-(bound + AbandonMargin + watchedKeep + time.Second)), bound)
 	w.swept = time.Time{}
 	w.AbandonAt("e2", t0, bound)
-	if n := w.Len(); n != 2 {
+	if n := w.size(); n != 2 {
 		t.Errorf("after a sweep: %d entries, want 2 (e1, e2)", n)
 	}
 }
