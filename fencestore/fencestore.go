@@ -136,7 +136,8 @@ type Store interface {
 	// Drain blocks until every request for f's resource ordered before f
 	// that was in flight when f was admitted (at this process or any other
 	// sharing the store) was released, or was abandoned: watched by this
-	// waiter, on its own monotonic clock, for its Admission.Flight plus
+	// process, on its monotonic clock since the first of its admissions
+	// that found it in flight (Watched), for its Admission.Flight plus
 	// AbandonMargin. Requests admitted after f never hold it back. It
 	// returns expired true when an older request was abandoned. Past ctx it returns ctx's
 	// error (unwrapped, so the caller can tell which bound it was); a store
@@ -145,9 +146,12 @@ type Store interface {
 	Drain(ctx context.Context, f Flight) (expired bool, err error)
 	// Release ends f's flight: the requests f held back may go. It never
 	// waits for the store (the release is sent in the background, and sent
-	// again until the store acknowledges it or no waiter can still be
-	// waiting for it); a release that is lost all the same holds each waiter
-	// for f's bound and AbandonMargin from its own admission, no longer.
+	// again until the store acknowledges it or the store no longer keeps
+	// f's entry, however long after f's bound: a request admitted after a
+	// long outage may still find it); a release that is lost all the same
+	// (dropped because too many were owed, or the replica died) holds the
+	// requests that find the entry for f's bound and AbandonMargin from
+	// the first sighting in their process, no longer.
 	// Releasing the zero Flight, or one twice, is harmless.
 	Release(f Flight)
 	// Mark returns the resource's mark, and false when it has none. It is an

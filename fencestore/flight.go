@@ -2,6 +2,7 @@ package fencestore
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +20,10 @@ import (
 // first; a request without a sequence comes before every request of its
 // token that has one (Mark.Before).
 
-// AbandonMargin is added to an older request's flight bound before a waiter that has
-// watched it that long, on its own monotonic clock, treats it as abandoned: it covers
-// the time between the owner's admission and the waiter's, and clocks that run at
-// slightly different rates.
+// AbandonMargin is added to an older request's flight bound before a waiter whose
+// process has watched it that long, on its own monotonic clock, treats it as
+// abandoned: it covers the time between the owner's admission and the first
+// sighting, and clocks that run at slightly different rates.
 const AbandonMargin = time.Second
 
 // Flight is one admitted request's place in the barrier. Stores fill it;
@@ -31,9 +32,10 @@ type Flight struct {
 	// Older is set when a request for the same resource ordered before this
 	// one was in flight when it was admitted: call Drain before forwarding.
 	Older bool
-	// Key and Ref identify the registration to the store that made it (the
-	// Redis store: the in-flight key and the member; LocalFlights: the
-	// resource and the registration number in Seq).
+	// Key, Ref and Seq identify the registration to the store that made
+	// it (the Redis store: the in-flight key and the member; etcd: the
+	// in-flight key, and the admission's revision in Seq; LocalFlights:
+	// the resource and the registration number in Seq).
 	Key, Ref string
 	Seq      uint64
 	// Order is the request's place in the order.
@@ -60,7 +62,8 @@ func (m Mark) Before(o Mark) bool {
 // in flight when it was admitted (its snapshot), never for one admitted
 // after it, whatever its order: a stream of later requests cannot starve
 // it. An older request stops holding it back when its owner releases it,
-// or once the waiter has watched it, on the waiter's own monotonic clock,
+// or once the waiter's process has watched it, on its own monotonic clock
+// since the first of its admissions that found it in flight (Watched),
 // for the older request's flight bound (Admission.Flight) plus
 // AbandonMargin: its owner is then taken to have died, frozen or lost the
 // store, and the waiter removes its record. No wall clock decides (neither
@@ -93,9 +96,10 @@ func (a Admission) Order() Mark {
 // with time.Now in this process and never stripped of its monotonic
 // reading, and the only durations measured are between two such
 // instants. A waiter treats an entry of its snapshot as abandoned once it
-// has watched it, from its own Settle, for the entry's bound
-// (Admission.Flight) plus AbandonMargin; it then removes the entry, as the
-// owner's release would, and Drain reports expired.
+// has watched it for the entry's bound (Admission.Flight) plus
+// AbandonMargin, from the first Settle whose snapshot listed it (Watched:
+// every waiter continues that one observation); it then removes the entry,
+// as the owner's release would, and Drain reports expired.
 type LocalFlights struct {
 	mu sync.Mutex
 	// res holds the entries in flight of each resource, by registration
@@ -109,6 +113,8 @@ type LocalFlights struct {
 	// wakes counts the times a blocked Drain woke up, for the tests that
 	// check that a release wakes only the waiters whose snapshot holds it.
 	wakes atomic.Uint64
+	// watched times the entries waited for from their first sighting.
+	watched Watched
 }
 
 type localFlight struct {
@@ -180,8 +186,8 @@ func (l *LocalFlights) Settle(f Flight, d Decision, err error) (Decision, error)
 }
 
 // Drain waits until every entry of f's snapshot has left: released by its
-// owner, or abandoned by this waiter once it has watched it for its bound
-// plus AbandonMargin. Waiting for the entries one after the other is
+// owner, or abandoned once this process has watched it for its bound plus
+// AbandonMargin (Watched). Waiting for the entries one after the other is
 // waiting for all of them: each has its own absolute time of abandonment.
 func (l *LocalFlights) Drain(ctx context.Context, f Flight) (bool, error) {
 	if !f.Older {
@@ -200,7 +206,7 @@ func (l *LocalFlights) Drain(ctx context.Context, f Flight) (bool, error) {
 			continue
 		default:
 		}
-		t := time.NewTimer(time.Until(e.seen.Add(o.bound + AbandonMargin)))
+		t := time.NewTimer(time.Until(l.watched.AbandonAt(strconv.FormatUint(o.id, 10), e.seen, o.bound)))
 		select {
 		case <-o.gone:
 			l.wakes.Add(1)
@@ -242,6 +248,7 @@ func (l *LocalFlights) remove(e *localFlight) {
 	default:
 	}
 	close(e.gone)
+	l.watched.Forget(strconv.FormatUint(e.id, 10))
 	set := l.res[e.key]
 	delete(set, e.id)
 	if len(set) == 0 {

@@ -26,9 +26,10 @@ import (
 type Keeper interface {
 	// Identity returns the store's identity record, "" when it has none.
 	Identity(ctx context.Context) (string, error)
-	// Init writes a new identity record (NewIdentity(force)) and returns it.
-	// Without force it fails with ErrIdentityExists when the store already
-	// has one.
+	// Init writes a new identity record (NewIdentity, or with force
+	// ForceOver the record held) and returns it. Without force it fails
+	// with ErrIdentityExists when the store already has one; with force,
+	// with ErrNotLost when the store's record is intact (ForceOver).
 	Init(ctx context.Context, force bool) (string, error)
 	// Expect makes every later admission fail with a *LostError unless the
 	// store's identity record is id.
@@ -39,8 +40,8 @@ type Keeper interface {
 	// MarkLost replaces the identity record with a lost record
 	// (LostRecord), so that every replica, one that starts cold included,
 	// refuses the store from its next admission, unless the store holds a
-	// record that Supersedes want (an operator forced it since): that one
-	// is left alone. It returns the record the store holds after it. A
+	// lost record already or a record that Supersedes want (an operator
+	// forced it since): that one is left alone (LostOver). It returns the record the store holds after it. A
 	// replica calls it when it finds the store lost (its identity gone or
 	// changed, or its generation gone back).
 	MarkLost(ctx context.Context, want string) (string, error)
@@ -106,26 +107,71 @@ func (e *LostError) Error() string {
 // ErrStoreLost) hold.
 func (e *LostError) Unwrap() []error { return []error{ErrUnavailable, ErrStoreLost} }
 
-// NewIdentity returns a fresh identity record: 128 random bits in hex,
-// after "forced-" and the wall clock in milliseconds when an operator forced
-// it (Init with force): the replicas that found their store lost take up a
-// forced record, and only such a one, as the operator's word that the
-// marks were put right (Supersedes).
-func NewIdentity(forced bool) string {
+// NewIdentity returns a fresh identity record: 128 random bits in hex.
+// An operator's forced record comes from ForceOver.
+func NewIdentity() string { return hex.EncodeToString(random()) }
+
+func random() []byte {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	if forced {
-		return fmt.Sprintf("%s%013d-%s", forcedPrefix, time.Now().UnixMilli(), hex.EncodeToString(b[:]))
-	}
-	return hex.EncodeToString(b[:])
+	return b[:]
 }
 
-// LostRecord returns a fresh lost record (Keeper.MarkLost): what a replica
-// writes in place of the identity record when it finds the store lost.
-func LostRecord() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return lostPrefix + hex.EncodeToString(b[:])
+// stamped is a record of kind prefix stamped ms: the stamp in 13 digits,
+// '-', 128 random bits in hex.
+func stamped(prefix string, ms int64) string {
+	return fmt.Sprintf("%s%013d-%s", prefix, max(ms, 0), hex.EncodeToString(random()))
+}
+
+// ForceOver is the rule of an operator's Init with force, one for every
+// store: held is what the store holds where its identity record lives
+// ("" for none; one value per copy where the record has several, a Redis
+// Cluster's slots or a Ring's shards). It refuses with ErrNotLost a store
+// whose record is intact: one record, the same in every copy, neither lost
+// nor forced. Otherwise it returns the forced record to write, stamped
+// later than every stamp held (a forced record's, or the one a lost record
+// carries from the record it replaced: LostOver), even when this host's
+// wall clock is behind the host that stamped it: the replicas take up a
+// forced record only when its stamp is no earlier than the one they
+// expect (Supersedes).
+func ForceOver(held ...string) (string, error) {
+	agreed := len(held) > 0
+	for _, h := range held {
+		agreed = agreed && h == held[0]
+	}
+	if agreed && held[0] != "" && !IsLostRecord(held[0]) && !Forced(held[0]) {
+		return "", ErrNotLost
+	}
+	at := time.Now().UnixMilli()
+	for _, h := range held {
+		if st := stamp(h); st > 0 {
+			at = max(at, st+1)
+		}
+	}
+	return stamped(forcedPrefix, at), nil
+}
+
+// LostOver is the rule of Keeper.MarkLost, one for every store: held is
+// the record the store holds, want the one the replica expected. keep is
+// true when held stays: a lost record already (an operator's force alone
+// ends it), or a forced record that supersedes want (the operator
+// recovered since). Otherwise lost is the record to write in held's place;
+// it carries the latest stamp of held and want, so that the operator's
+// next force (ForceOver) is stamped after the record the replicas expect.
+func LostOver(held, want string) (lost string, keep bool) {
+	if IsLostRecord(held) || Supersedes(held, want) {
+		return held, true
+	}
+	return LostRecord(want), false
+}
+
+// LostRecord returns a fresh lost record (Keeper.MarkLost) to replace the
+// record want: what a replica writes in place of the identity record when
+// it finds the store lost. It carries want's stamp (0 when want was not
+// forced): a Redis store's script keeps the rule of LostOver itself, and
+// writes it.
+func LostRecord(want string) string {
+	return stamped(lostPrefix, stamp(want))
 }
 
 const (
@@ -142,10 +188,22 @@ func Forced(id string) bool { return strings.HasPrefix(id, forcedPrefix) }
 func IsLostRecord(id string) bool { return strings.HasPrefix(id, lostPrefix) }
 
 // forcedAt is when a forced record was written (milliseconds since the
-// epoch), 0 for any other record, or a forced one from before records
-// carried the time.
+// epoch, or later: ForceOver), 0 for any other record, or a forced one
+// from before records carried the time.
 func forcedAt(id string) int64 {
+	if !Forced(id) {
+		return 0
+	}
+	return stamp(id)
+}
+
+// stamp is the stamp of a forced or lost record (0 for another record,
+// or one from before records carried it).
+func stamp(id string) int64 {
 	rest, ok := strings.CutPrefix(id, forcedPrefix)
+	if !ok {
+		rest, ok = strings.CutPrefix(id, lostPrefix)
+	}
 	if !ok || len(rest) < 14 || rest[13] != '-' {
 		return 0
 	}

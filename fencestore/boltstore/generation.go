@@ -160,11 +160,10 @@ func (s *Store) MarkLost(ctx context.Context, want string) (string, error) {
 		if err != nil {
 			return err
 		}
-		held = string(b.Get(s.metaKey(identityName)))
-		if fencestore.IsLostRecord(held) || fencestore.Supersedes(held, want) {
+		lost, keep := fencestore.LostOver(string(b.Get(s.metaKey(identityName))), want)
+		if held = lost; keep {
 			return nil
 		}
-		held = fencestore.LostRecord()
 		return b.Put(s.metaKey(identityName), []byte(held))
 	})
 	return held, err

@@ -58,7 +58,7 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 // force only over a lost store (no record, a lost record) or a record an
 // operator forced before.
 func (s *Store) Init(ctx context.Context, force bool) (string, error) {
-	id := fencestore.NewIdentity(force)
+	var id string
 	err := s.keeperUpdate(ctx, "init", func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(metaBucket)
 		if err != nil {
@@ -68,8 +68,12 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 		switch {
 		case held != nil && !force:
 			return fencestore.ErrIdentityExists
-		case held != nil && !fencestore.IsLostRecord(string(held)) && !fencestore.Forced(string(held)):
-			return fencestore.ErrNotLost
+		case !force:
+			id = fencestore.NewIdentity()
+		default:
+			if id, err = fencestore.ForceOver(string(held)); err != nil {
+				return err
+			}
 		}
 		return b.Put(s.metaKey(identityName), []byte(id))
 	})

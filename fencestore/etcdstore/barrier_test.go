@@ -98,3 +98,33 @@ func TestBarrierAcrossStores(t *testing.T) {
 		}
 	})
 }
+
+// A release etcd could not take until long after the request's bound and
+// fencestore.AbandonMargin had passed (etcd down that long) is still sent
+// when etcd comes back: a request admitted afterwards through another
+// replica finds the record deleted (or is woken by its deletion) instead
+// of watching it out for the whole bound.
+func TestReleaseRetriedPastBound(t *testing.T) {
+	c := etcdtest.Start(t)
+	newStore := func() *etcdstore.Store {
+		s := etcdstore.New(c.Client(t), etcdstore.Options{KeyPrefix: "pastbound:"})
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	owner, waiter := newStore(), newStore()
+	const bound = 2 * time.Second
+	older := mustAdmit(t, owner, fencestore.Admission{Resource: "r", Token: 41, Flight: bound}).Flight
+	c.Members[0].Kill()
+	owner.Release(older)
+	// Down past the bound and the margin: what the release was retried
+	// for at most before.
+	time.Sleep(bound + fencestore.AbandonMargin + time.Second)
+	c.Members[0].Restart(t)
+	newer := mustAdmit(t, waiter, fencestore.Admission{Resource: "r", Token: 42, Flight: time.Minute}).Flight
+	defer waiter.Release(newer)
+	expired, err := waiter.Drain(ctxT(t), newer)
+	if err != nil || expired {
+		t.Fatalf("Drain of 42 = (%v, %v) with 41's release owed since before the outage; want (false, nil): "+
+			"the release, not the waiter's clock, ends 41", expired, err)
+	}
+}

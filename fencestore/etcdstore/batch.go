@@ -44,8 +44,8 @@ import (
 // release; releases alone go out when no admission is queued. A release
 // whose transaction failed (etcd down, a timeout, a failover) is queued
 // again, and the releases wait a backoff (50ms doubling to 2s, reset by a
-// success) before they go again, until etcd acknowledges them or they are
-// moot (each has its own moot time, flight.go). A deletion of a key that
+// success) before they go again, until etcd acknowledges them or their
+// records can hold nobody back (releaseUntil, flight.go). A deletion of a key that
 // is gone already succeeds, so sending one twice is harmless.
 //
 // Failures. A transaction is atomic. An error that says etcd applied none
@@ -87,7 +87,7 @@ const (
 	// key, at most (tags and lengths).
 	deleteBytes = 16
 	// maxQueuedReleases bounds the releases waiting to be sent (an etcd
-	// that does not answer); past it a release is dropped, and its record
+	// that does not answer); past it the oldest is dropped, and its record
 	// holds each waiter until that waiter abandons it.
 	maxQueuedReleases = 64 * 1024
 	// minReleaseBackoff and maxReleaseBackoff bound the wait before
@@ -149,7 +149,10 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*queued
 	rels    map[string]time.Time // by key, its moot time: a key released twice is deleted once
+	relq    relQueue             // the order rels were queued in, to drop the oldest (release.go)
 	dropped int                  // releases dropped since a batch last took some
+	// droppedTotal counts every release dropped (DroppedReleases).
+	droppedTotal uint64
 	// relsAfter is when the releases may go again after a failure, and
 	// backoff the wait that set it (0: the last one succeeded).
 	relsAfter time.Time
@@ -351,7 +354,7 @@ func (b *batcher) take() batch {
 	}
 	for key, moot := range b.rels {
 		if !now.Before(moot) {
-			delete(b.rels, key) // no waiter waits for it any longer
+			delete(b.rels, key) // its record can hold nobody back any more
 			continue
 		}
 		if len(t.adms)+len(t.rels)+1+depth > b.maxOps || size+len(key)+deleteBytes > b.maxBytes {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -367,16 +366,24 @@ func TestBatchLeaseNotFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := strconv.ParseInt(d.Flight.Ref, 16, 64)
-	if err != nil {
-		t.Fatal(err)
+	leaseOf := func(key string) clientv3.LeaseID {
+		t.Helper()
+		r, err := cl.Get(ctx, key)
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("in-flight record %q: %v, %v", key, r, err)
+		}
+		return clientv3.LeaseID(r.Kvs[0].Lease)
 	}
-	if _, err := cl.Revoke(ctx, clientv3.LeaseID(ref)); err != nil {
+	revoked := leaseOf(d.Flight.Key)
+	if _, err := cl.Revoke(ctx, revoked); err != nil {
 		t.Fatal(err)
 	}
 	d, err = bs.Admit(ctx, fencestore.Admission{Resource: "a", Token: 2, Flight: time.Minute})
-	if err != nil || !d.Admitted || d.Flight.Ref == strconv.FormatInt(ref, 16) {
+	if err != nil || !d.Admitted {
 		t.Fatalf("after its lease was revoked: %+v, %v", d, err)
+	}
+	if l := leaseOf(d.Flight.Key); l == revoked {
+		t.Fatalf("after its lease was revoked: the record is on the revoked lease %x", l)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package etcdstore is the fencestore.Store and fencestore.Keeper in etcd
 // (the v3 API, through go.etcd.io/etcd/client/v3): marks that are
 // linearizable and survive the loss of a minority of members, and a drain
-// barrier across replicas timed by each waiter's own monotonic clock.
+// barrier across replicas timed by each process's own monotonic clock.
 //
 //	client, err := etcdstore.NewClient(etcdstore.ClientOptions{Endpoints: eps, ...})
 //	store := etcdstore.New(client, etcdstore.Options{KeyPrefix: "fence:", Logger: log})
@@ -155,8 +155,10 @@
 // up every 100ms: measured, that delayed wake-ups by up to 100ms.)
 //
 // A record stops holding a waiter back when it is deleted (released), or
-// once the waiter has watched it, on its own monotonic clock, from its own
-// admission's reply, for the record's bound plus fencestore.AbandonMargin:
+// once the waiter's process has watched it, on its monotonic clock, from
+// the reply of the first of its admissions that found it in flight
+// (fencestore.Watched: a later waiter continues that watch), for the
+// record's bound plus fencestore.AbandonMargin:
 // its owner died, froze or lost etcd. The waiter then queues the record's
 // deletion and Drain reports expired. Nothing of etcd's clock decides:
 // each record carries a lease, but its TTL is the bound plus two days
@@ -170,9 +172,13 @@
 // made before an admission was queued goes in the same transaction, ahead
 // of it, or in an earlier one), or goes with other releases alone when no
 // admission waits. A transaction of releases that fails is queued again
-// after a backoff (50ms doubling to 2s), until etcd acknowledges it or it
-// is moot: the request's bound plus the margin has passed since its
-// admission, on this process's clock. Close sends the releases still
+// after a backoff (50ms doubling to 2s), until etcd acknowledges it or the
+// record's lease has collected it (the bound plus two days, on this
+// process's clock): not only until the waiters that found it gave it up,
+// since a request admitted after an outage longer than the bound finds the
+// record and would wait the bound out. At most 65,536 wait: past it the
+// release queued first is dropped, logged and counted
+// (Store.DroppedReleases). Close sends the releases still
 // queued, once. An admission whose caller gave up before its batch
 // answered (FENCE_STORE_TIMEOUT: the request got 503, nothing was
 // forwarded) may have been applied all the same: its record is released

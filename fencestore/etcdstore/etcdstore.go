@@ -63,6 +63,9 @@ type Store struct {
 	ids     atomic.Uint64
 	leases  leases
 	flights barrier
+	// watched is when this process first saw each record its Drains wait
+	// for (fencestore.Watched).
+	watched fencestore.Watched
 
 	// batch groups concurrent admissions, and the releases, into shared
 	// transactions (batch.go).

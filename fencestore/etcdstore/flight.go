@@ -23,8 +23,9 @@ import (
 // snapshot its Drain waits for (flightwatch.go), which this store keeps
 // beside the Flight until it is released. Release deletes the key in the
 // background (with the next batch, batch.go), and a failed deletion is
-// sent again until etcd acknowledges it or no waiter can still wait for
-// it. A replica that never releases (dead, frozen, cut off) holds each
+// sent again until etcd acknowledges it or the record's lease has
+// collected it (releaseUntil): a request admitted at any time before then
+// may find it and wait for it. A replica that never releases (dead, frozen, cut off) holds each
 // waiter back until that waiter has watched its record, on its own
 // monotonic clock, for the record's bound plus fencestore.AbandonMargin;
 // the waiter then deletes the record itself. No etcd clock decides: the
@@ -286,7 +287,7 @@ func (s *Store) settle(q *queued, d fencestore.Decision, err error) {
 	if q.reply.unsent || isLeaseNotFound(err) || errors.As(err, &lost) {
 		return // etcd applied nothing of it
 	}
-	s.batch.release(fl.key, time.Now().Add(q.p.a.Flight+fencestore.AbandonMargin))
+	s.batch.release(fl.key, releaseUntil(time.Now(), q.p.a.Flight))
 }
 
 // late releases the record of an admission whose caller gave up before its
@@ -301,7 +302,7 @@ func (s *Store) late(q *queued) {
 	s.goBackground(func() {
 		<-q.done
 		if !q.reply.unsent && !q.reply.lost {
-			s.batch.release(q.p.fl.key, time.Now().Add(q.p.a.Flight+fencestore.AbandonMargin))
+			s.batch.release(q.p.fl.key, releaseUntil(time.Now(), q.p.a.Flight))
 		}
 	})
 }
@@ -309,19 +310,18 @@ func (s *Store) late(q *queued) {
 // Release forgets f's snapshot and queues its in-flight key for deletion:
 // nobody waits for it. The deletion rides the next batch (batch.go), so
 // that under load a release costs a fraction of an etcd write; one that
-// fails is sent again, with backoff, until etcd acknowledges it or it is
-// moot: f's bound plus fencestore.AbandonMargin has passed since its
-// admission, on this process's monotonic clock, and every waiter that
-// found it in flight has stopped waiting for it. Releases still queued
-// when the store closes are dropped: each waiter then abandons the record
-// on its own clock, and its lease collects it after gcAfter.
+// fails is sent again, with backoff, until etcd acknowledges it or the
+// record can hold nobody back any more (releaseUntil). Releases still
+// queued when the store closes are sent once (flush); one that fails then
+// holds each waiter until it abandons the record on its own clock, and
+// its lease collects it after gcAfter.
 func (s *Store) Release(f fencestore.Flight) {
 	if !f.Registered() || !s.ours(f) {
 		return
 	}
-	moot := time.Now().Add(fencestore.AbandonMargin)
+	moot := releaseUntil(time.Now(), 0)
 	if o := s.flights.untrack(f.Key); o != nil {
-		moot = o.seen.Add(o.bound + fencestore.AbandonMargin)
+		moot = releaseUntil(o.seen, o.bound)
 	}
 	s.batch.release(f.Key, moot)
 }
@@ -356,7 +356,10 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 		return false, err
 	}
 	defer s.leave(w)
-	wt := &waiter{remaining: maps.Clone(o.older), wake: make(chan struct{}, 1)}
+	wt := &waiter{remaining: maps.Clone(o.older), abandonAt: make(map[string]time.Time, len(o.older)), wake: make(chan struct{}, 1)}
+	for key, bound := range o.older {
+		wt.abandonAt[key] = s.watched.AbandonAt(key, o.seen, bound)
+	}
 	check := w.register(wt, o.rev)
 	defer w.unregister(wt)
 	if check {
@@ -371,7 +374,7 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 	}
 	expired := false
 	for {
-		left, next := w.pending(wt, o.seen)
+		left, next := w.pending(wt)
 		if left == 0 {
 			return expired, nil
 		}
@@ -379,9 +382,9 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 		select {
 		case <-wt.wake:
 		case <-t.C:
-			for key, bound := range w.due(wt, o.seen) {
+			for key, bound := range w.due(wt) {
 				expired = true
-				s.batch.release(key, time.Now().Add(bound+fencestore.AbandonMargin))
+				s.batch.release(key, releaseUntil(time.Now(), bound))
 			}
 		case <-ctx.Done():
 			t.Stop()
@@ -392,4 +395,13 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 		}
 		t.Stop()
 	}
+}
+
+// releaseUntil is when the deletion of a record put at start with bound
+// is given up: its lease, gcAfter past its bound, has collected it by
+// then. Not at the bound: a request admitted after an outage longer than
+// the bound finds the record and watches it from its own admission, so a
+// deletion given up at the bound would hold it for the whole bound.
+func releaseUntil(start time.Time, bound time.Duration) time.Time {
+	return start.Add(bound + gcAfter)
 }

@@ -9,8 +9,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
 // The waiters of one resource in one process share one etcd watch of the
@@ -47,7 +45,10 @@ const checkChunk = 64
 // them signals.
 type waiter struct {
 	remaining map[string]time.Duration // key: its bound
-	wake      chan struct{}            // buffered 1
+	// abandonAt is when each key is abandoned: its bound plus
+	// AbandonMargin after this process first saw it (fencestore.Watched).
+	abandonAt map[string]time.Time
+	wake      chan struct{} // buffered 1
 }
 
 type watcher struct {
@@ -148,27 +149,28 @@ func (w *watcher) keys(wt *waiter) []string {
 }
 
 // pending returns how many keys wt still waits for, and when the first of
-// them is abandoned: its bound plus AbandonMargin after seen.
-func (w *watcher) pending(wt *waiter, seen time.Time) (int, time.Time) {
+// them is abandoned (abandonAt).
+func (w *watcher) pending(wt *waiter) (int, time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var next time.Time
-	for _, bound := range wt.remaining {
-		if at := seen.Add(bound + fencestore.AbandonMargin); next.IsZero() || at.Before(next) {
+	for key := range wt.remaining {
+		if at := wt.abandonAt[key]; next.IsZero() || at.Before(next) {
 			next = at
 		}
 	}
 	return len(wt.remaining), next
 }
 
-// due removes from wt, and returns with their bounds, the keys it has
-// watched for their bound plus AbandonMargin since seen.
-func (w *watcher) due(wt *waiter, seen time.Time) map[string]time.Duration {
+// due removes from wt, and returns with their bounds, the keys whose
+// abandonment has come (abandonAt).
+func (w *watcher) due(wt *waiter) map[string]time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make(map[string]time.Duration)
+	now := time.Now()
 	for key, bound := range wt.remaining {
-		if time.Since(seen) >= bound+fencestore.AbandonMargin {
+		if !now.Before(wt.abandonAt[key]) {
 			out[key] = bound
 			delete(wt.remaining, key)
 			w.unlink(key, wt)
@@ -194,6 +196,7 @@ func (w *watcher) goneLocked(key string, rev int64) {
 		w.deleted[key] = struct{}{}
 		w.lastRev = max(w.lastRev, rev)
 	}
+	w.s.watched.Forget(key)
 	for wt := range w.byKey[key] {
 		delete(wt.remaining, key)
 		select {

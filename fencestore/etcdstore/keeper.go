@@ -55,23 +55,11 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 	if err := s.check(ctx); err != nil {
 		return "", err
 	}
-	id := fencestore.NewIdentity(force)
-	put := clientv3.OpPut(s.keys.identity, id)
 	if force {
-		// Only over a lost store (no record, a lost record) or a record
-		// an operator forced before.
-		held, err := s.Identity(ctx)
-		if err != nil {
-			return "", err
-		}
-		if held != "" && !fencestore.IsLostRecord(held) && !fencestore.Forced(held) {
-			return "", fencestore.ErrNotLost
-		}
-		if _, err := s.client.Put(ctx, s.keys.identity, id); err != nil {
-			return "", s.fail(ctx, "init", err)
-		}
-		return id, nil
+		return s.force(ctx)
 	}
+	id := fencestore.NewIdentity()
+	put := clientv3.OpPut(s.keys.identity, id)
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.Version(s.keys.identity), "=", 0)).
 		Then(put).Commit()
@@ -82,6 +70,49 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 		return "", fencestore.ErrIdentityExists
 	}
 	return id, nil
+}
+
+// force writes an operator's forced record (fencestore.ForceOver) over
+// the one held, only if it is still the one read, so that the stamp is
+// later than the record it replaces even when a replica marks the store
+// lost between the read and the write.
+func (s *Store) force(ctx context.Context) (string, error) {
+	return s.swapIdentity(ctx, "init", func(held string) (string, bool, error) {
+		id, err := fencestore.ForceOver(held)
+		return id, false, err
+	})
+}
+
+// swapIdentity replaces the identity record with what next makes of the
+// one held ("" for none), or leaves it when next says keep: a compare of
+// the record's revision with the one read, retried on conflict. It returns
+// the record the store holds after it.
+func (s *Store) swapIdentity(ctx context.Context, op string, next func(held string) (id string, keep bool, err error)) (string, error) {
+	for range casAttempts {
+		resp, err := s.client.Get(ctx, s.keys.identity)
+		if err != nil {
+			return "", s.fail(ctx, op, err)
+		}
+		var held string
+		var rev int64
+		if len(resp.Kvs) > 0 {
+			held, rev = string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
+		}
+		id, keep, err := next(held)
+		if err != nil || keep {
+			return id, err
+		}
+		t, err := s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(s.keys.identity), "=", rev)).
+			Then(clientv3.OpPut(s.keys.identity, id)).Commit()
+		if err != nil {
+			return "", s.fail(ctx, op, err)
+		}
+		if t.Succeeded {
+			return id, nil
+		}
+	}
+	return "", fencestore.Unavailable(fmt.Errorf("etcdstore: %s: %w", op, errContended))
 }
 
 // Expect makes every later admission compare the identity record with id
@@ -124,31 +155,10 @@ func (s *Store) MarkLost(ctx context.Context, want string) (string, error) {
 	if err := s.check(ctx); err != nil {
 		return "", err
 	}
-	for range casAttempts {
-		resp, err := s.client.Get(ctx, s.keys.identity)
-		if err != nil {
-			return "", s.fail(ctx, "mark lost", err)
-		}
-		var held string
-		var rev int64
-		if len(resp.Kvs) > 0 {
-			held, rev = string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision
-		}
-		if fencestore.IsLostRecord(held) || fencestore.Supersedes(held, want) {
-			return held, nil
-		}
-		lost := fencestore.LostRecord()
-		t, err := s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(s.keys.identity), "=", rev)).
-			Then(clientv3.OpPut(s.keys.identity, lost)).Commit()
-		if err != nil {
-			return "", s.fail(ctx, "mark lost", err)
-		}
-		if t.Succeeded {
-			return lost, nil
-		}
-	}
-	return "", fencestore.Unavailable(fmt.Errorf("etcdstore: mark lost: %w", errContended))
+	return s.swapIdentity(ctx, "mark lost", func(held string) (string, bool, error) {
+		lost, keep := fencestore.LostOver(held, want)
+		return lost, keep, nil
+	})
 }
 
 func (s *Store) expectation() string {

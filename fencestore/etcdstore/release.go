@@ -9,8 +9,10 @@ import (
 )
 
 // The batcher's releases (batch.go carries them): queued by key with the
-// time at which trying is moot, sent again after a backoff when their
-// transaction failed, and sent once more when the store closes.
+// time at which they are given up (releaseUntil), sent again after a
+// backoff when their transaction failed, and sent once more when the
+// store closes. At most maxQueuedReleases wait: past it the release queued
+// first is dropped to make room, counted and logged.
 
 // release queues the deletion of an in-flight key, to be tried until moot.
 func (b *batcher) release(key string, moot time.Time) {
@@ -19,21 +21,12 @@ func (b *batcher) release(key string, moot time.Time) {
 	if b.closed {
 		return
 	}
-	if len(b.rels) >= maxQueuedReleases {
-		if b.dropped++; b.dropped == 1 {
-			b.log.Warn("too many releases queued: dropping some, whose records hold later requests until their waiters abandon them",
-				zap.Int("queued", len(b.rels)))
-		}
-		return
-	}
-	if m, ok := b.rels[key]; !ok || moot.After(m) {
-		b.rels[key] = moot
-	}
+	b.queueRel(key, moot)
 	b.signal()
 }
 
 // retry queues again the releases of a transaction that failed, but those
-// already moot, and holds the releases back for a backoff.
+// given up already, and holds the releases back for a backoff.
 func (b *batcher) retry(rels []rel) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -42,15 +35,111 @@ func (b *batcher) retry(rels []rel) {
 	}
 	now := time.Now()
 	for _, r := range rels {
-		if now.Before(r.moot) && len(b.rels) < maxQueuedReleases {
-			if m, ok := b.rels[r.key]; !ok || r.moot.After(m) {
-				b.rels[r.key] = r.moot
-			}
+		if now.Before(r.moot) {
+			b.queueRel(r.key, r.moot)
 		}
 	}
 	b.backoff = min(max(2*b.backoff, minReleaseBackoff), maxReleaseBackoff)
 	b.relsAfter = now.Add(b.backoff)
 	b.signal()
+}
+
+// queueRel puts key in rels until moot; a key queued already keeps its
+// place and the later moot. A full queue first drops the release queued
+// the longest ago: the likeliest to have been abandoned by its waiters
+// already. b.mu is held.
+func (b *batcher) queueRel(key string, moot time.Time) {
+	if m, ok := b.rels[key]; ok {
+		if moot.After(m) {
+			b.rels[key] = moot
+		}
+		return
+	}
+	if len(b.rels) >= max(b.maxRels(), 1) {
+		if old, ok := b.relq.oldest(b.rels); ok {
+			delete(b.rels, old)
+			b.droppedTotal++
+			if b.dropped++; b.dropped == 1 {
+				b.log.Warn("too many releases queued: dropping the oldest, whose records hold later requests until their waiters abandon them",
+					zap.Int("queued", len(b.rels)), zap.Uint64("dropped", b.droppedTotal))
+			}
+		}
+	}
+	b.rels[key] = moot
+	b.relq.push(key, b.rels)
+}
+
+// maxRels is maxQueuedReleases, or the tests' smaller bound.
+func (b *batcher) maxRels() int {
+	if b.relq.max > 0 {
+		return b.relq.max
+	}
+	return maxQueuedReleases
+}
+
+// relQueue is the order releases were queued in. A key taken since (sent,
+// given up) or queued again later leaves a stale place behind, skipped
+// when met and swept once the stale places outnumber the live ones.
+type relQueue struct {
+	order []relAt
+	seq   map[string]uint64 // each queued key's latest place
+	next  uint64
+	max   int // a bound below maxQueuedReleases (tests)
+}
+
+type relAt struct {
+	key string
+	seq uint64
+}
+
+// push records key as queued last in rels (which holds it already).
+func (q *relQueue) push(key string, rels map[string]time.Time) {
+	if q.seq == nil {
+		q.seq = make(map[string]uint64)
+	}
+	q.next++
+	q.seq[key] = q.next
+	q.order = append(q.order, relAt{key: key, seq: q.next})
+	if len(q.order) > 2*len(rels)+64 {
+		q.sweep(rels)
+	}
+}
+
+// oldest removes and returns the key queued the longest ago that is still
+// in rels.
+func (q *relQueue) oldest(rels map[string]time.Time) (string, bool) {
+	for len(q.order) > 0 {
+		at := q.order[0]
+		q.order = q.order[1:]
+		if q.live(at, rels) {
+			delete(q.seq, at.key)
+			return at.key, true
+		}
+	}
+	return "", false
+}
+
+// live reports whether at is the place of a key still in rels, not queued
+// again since.
+func (q *relQueue) live(at relAt, rels map[string]time.Time) bool {
+	_, queued := rels[at.key]
+	return queued && q.seq[at.key] == at.seq
+}
+
+// sweep drops the stale places, and the places of keys no longer in rels.
+func (q *relQueue) sweep(rels map[string]time.Time) {
+	live := q.order[:0]
+	for _, at := range q.order {
+		if q.live(at, rels) {
+			live = append(live, at)
+		}
+	}
+	clear(q.order[len(live):])
+	q.order = live
+	clear(q.seq)
+	for _, at := range q.order {
+		q.seq[at.key] = at.seq
+	}
 }
 
 // acked notes that a transaction with releases succeeded: the next
@@ -77,4 +166,12 @@ func (b *batcher) flush() {
 	for chunk := range slices.Chunk(rels, b.maxOps) {
 		b.commit(ctx, batch{rels: chunk})
 	}
+}
+
+// DroppedReleases is how many releases this store dropped unsent because
+// too many were queued at once (a long outage under load).
+func (s *Store) DroppedReleases() uint64 {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.droppedTotal
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/etcdstore/etcdtest"
@@ -33,5 +34,35 @@ func TestCloseFlushesReleases(t *testing.T) {
 	}
 	if resp, err := cl.Get(ctx, "flush:\x00inflight/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
 		t.Fatalf("in-flight records after Close: %v, %v; want none", resp, err)
+	}
+}
+
+// A full release queue makes room by dropping the release queued first
+// and still queued: one sent since, or queued again later, keeps its
+// place (it is not the oldest any more).
+func TestReleaseQueueDropsOldest(t *testing.T) {
+	b := &batcher{rels: make(map[string]time.Time), log: zap.NewNop()}
+	b.relq.max = 3
+	later := time.Now().Add(time.Hour)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, k := range []string{"a", "b", "c"} {
+		b.queueRel(k, later)
+	}
+	delete(b.rels, "a")    // taken by a batch
+	b.queueRel("b", later) // queued again: keeps its place
+	b.queueRel("a", later) // back after a failure: queued last now
+	b.queueRel("d", later) // full: b goes
+	b.queueRel("e", later) // full: c goes
+	for _, tc := range []struct {
+		key    string
+		queued bool
+	}{{"a", true}, {"b", false}, {"c", false}, {"d", true}, {"e", true}} {
+		if _, ok := b.rels[tc.key]; ok != tc.queued {
+			t.Errorf("%s queued = %v, want %v (queue %v)", tc.key, ok, tc.queued, b.rels)
+		}
+	}
+	if b.droppedTotal != 2 {
+		t.Errorf("dropped %d, want 2", b.droppedTotal)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -397,7 +396,6 @@ func (p *plan) interpret(rev int64, rs []*pb.ResponseOp) (fencestore.Decision, e
 		d.Flight = fencestore.Flight{
 			Older: len(r.Kvs) > 0,
 			Key:   p.fl.key,
-			Ref:   strconv.FormatInt(int64(p.fl.lease.id), 16),
 			Seq:   uint64(rev),
 			Order: p.a.Order(),
 		}

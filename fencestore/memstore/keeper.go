@@ -35,10 +35,15 @@ func (s *Store) Init(ctx context.Context, force bool) (id string, err error) {
 		switch {
 		case s.identity != "" && !force:
 			return fencestore.ErrIdentityExists
-		case force && s.identity != "" && !fencestore.IsLostRecord(s.identity) && !fencestore.Forced(s.identity):
-			return fencestore.ErrNotLost
+		case !force:
+			s.identity = fencestore.NewIdentity()
+		default:
+			forced, err := fencestore.ForceOver(s.identity)
+			if err != nil {
+				return err
+			}
+			s.identity = forced
 		}
-		s.identity = fencestore.NewIdentity(force)
 		id = s.identity
 		return nil
 	})
@@ -60,8 +65,8 @@ func (s *Store) Expect(id string) {
 // one that supersedes want.
 func (s *Store) MarkLost(ctx context.Context, want string) (id string, err error) {
 	err = s.locked(ctx, func() error {
-		if !fencestore.Supersedes(s.identity, want) && !fencestore.IsLostRecord(s.identity) {
-			s.identity = fencestore.LostRecord()
+		if lost, keep := fencestore.LostOver(s.identity, want); !keep {
+			s.identity = lost
 		}
 		id = s.identity
 		return nil

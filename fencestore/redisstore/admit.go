@@ -30,8 +30,8 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	if err := ctx.Err(); err != nil {
 		return fencestore.Decision{}, fencestore.Unavailable(err)
 	}
-	// A release of this admission's entry is moot once its bound and the
-	// margin have passed since now (release.go).
+	// A release of this admission's entry is sent until Redis takes it, or
+	// until the entry can hold nobody back, counted from now (release.go).
 	start := time.Now()
 	key, err := s.markKey("admit", a.Resource)
 	if err != nil {
@@ -55,7 +55,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		s.startListening()
 		epoch, _ = s.epochNow()
 	}
-	moot := start.Add(time.Duration(flightMillis(a))*time.Millisecond + fencestore.AbandonMargin)
+	moot := releaseUntil(start, time.Duration(flightMillis(a))*time.Millisecond)
 	c := call{keys: [2]string{key, fkey}, tok: strconv.FormatUint(a.Token, 10), mode: "ge", fl: fl}
 	if a.Compare == fencestore.Greater {
 		c.mode = "gt"

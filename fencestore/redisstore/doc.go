@@ -68,20 +68,23 @@
 //
 // No clock of Redis's decides the barrier (drain.go). A waiter gives up an
 // older request of its snapshot only when its release is announced, when a
-// look finds it gone, or when the waiter has watched it, on its own
-// monotonic clock (Go's time.Since) since its own admission's reply, for
-// the older request's bound plus fencestore.AbandonMargin (a second): it
-// then removes the entry (announcing it) and Drain reports expired. So a
+// look finds it gone, or when the waiter's process has watched it, on its
+// monotonic clock (Go's time.Since) since the reply of the first of its
+// admissions whose snapshot listed it (fencestore.Watched: a later waiter
+// continues that watch rather than begin its own), for the older
+// request's bound plus fencestore.AbandonMargin (a second): it then
+// removes the entry (announcing it) and Drain reports expired. So a
 // step of the server's wall clock, forward or back (NTP, a failover to a
 // host whose clock differs), neither lets a newer request start early nor
 // holds it longer; the assumption left is that the replicas' clocks run at
 // the same rate, within what the margin covers. Nothing can end a flight in
 // Redis before the replica's own deadline: the bound is rounded up to the
-// millisecond, the waiter's watch starts after the older request's
-// admission, and the margin covers the owner's round trip. A request whose
-// replica died holds the later ones back for its bound and the margin after
-// each waiter's admission, no longer; a key nobody waits on keeps such
-// entries until a later request watches them out.
+// millisecond, the watch starts after the older request's admission (it
+// was in flight when the snapshot that first showed it was taken), and the
+// margin covers the owner's round trip. A request whose replica died holds
+// the later ones back for its bound and the margin after each process
+// first saw it, no longer; a key nobody waits on keeps such entries until
+// a later request watches them out.
 //
 // Release removes the entry, riding the next group-commit pipeline, or on a
 // goroutine of its own without batching; nobody waits for it. On a single
@@ -100,9 +103,13 @@
 // On a Cluster or Ring a release is a release.lua run of its own in the
 // same pipeline (one script run may touch one slot only). A release the store does not acknowledge (a timeout, a lost
 // connection, a failover, READONLY) is sent again, backing off from 20ms to
-// 1s, until it is acknowledged or moot (its bound and AbandonMargin after
-// its admission began, on this process's monotonic clock: every waiter has
-// given it up by then); the releases acknowledged in the last five seconds
+// 1s, until it is acknowledged or the in-flight key no longer keeps the
+// entry (two days past its bound, on this process's monotonic clock): not
+// only until the waiters that found it have given it up, since a request
+// admitted after an outage longer than the bound finds the entry and would
+// wait the bound out. At most a bounded number are owed at once
+// (1024, or four times MaxBatch per pipeline): past it the oldest is
+// dropped, logged and counted (Store.DroppedReleases); the releases acknowledged in the last five seconds
 // are sent again when the subscription comes back after a break (a
 // promoted replica may lack them). A release made before an admission is
 // queued runs before that admission is decided: until it is acknowledged,

@@ -24,8 +24,10 @@ import (
 //     remaining members, nothing else): every DrainPoll, and when the
 //     subscription comes back after a break, for announcements it may have
 //     missed;
-//   - or the waiter has watched it, on its own monotonic clock since its own
-//     admission's reply, for the entry's flight bound plus
+//   - or this process has watched it, on its monotonic clock since the
+//     reply of the first of its admissions whose snapshot listed it
+//     (fencestore.Watched: a later waiter continues that observation, it
+//     does not begin another), for the entry's flight bound plus
 //     fencestore.AbandonMargin: it is abandoned (its replica died or froze),
 //     the waiter removes it from the store (which announces it to the other
 //     waiters) and Drain reports expired.
@@ -89,8 +91,16 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 // is gone.
 func (s *Store) drainSnapshot(ctx context.Context, fl flight, olders []older) (bool, error) {
 	remaining := make(map[string]time.Duration, len(olders))
+	abandonAt := make(map[string]time.Time, len(olders))
 	for _, o := range olders {
 		remaining[o.member] = o.bound
+		abandonAt[o.member] = s.watched.AbandonAt(fl.key+" "+o.member, fl.admitted, o.bound)
+	}
+	// forget ends this process's watch of the members found gone.
+	forget := func(gone []string) {
+		for _, m := range gone {
+			s.watched.Forget(fl.key + " " + m)
+		}
 	}
 	w := &waiter{kick: make(chan struct{}, 1)}
 	epoch, epochCh := s.watchAll(w, remaining)
@@ -102,7 +112,7 @@ func (s *Store) drainSnapshot(ctx context.Context, fl flight, olders []older) (b
 	for len(remaining) > 0 {
 		if look {
 			look = false
-			if err := s.lookAt(ctx, fl.key, remaining); err != nil {
+			if err := s.lookAt(ctx, fl.key, remaining, forget); err != nil {
 				if ctx.Err() != nil {
 					return expired, ctx.Err()
 				}
@@ -113,8 +123,8 @@ func (s *Store) drainSnapshot(ctx context.Context, fl flight, olders []older) (b
 		// The earliest instant an entry of the snapshot is abandoned.
 		var next time.Time
 		now := time.Now()
-		for m, bound := range remaining {
-			at := fl.admitted.Add(bound + fencestore.AbandonMargin)
+		for m := range remaining {
+			at := abandonAt[m]
 			if !now.Before(at) {
 				delete(remaining, m)
 				s.giveUp(fl.key, m)
@@ -132,9 +142,11 @@ func (s *Store) drainSnapshot(ctx context.Context, fl flight, olders []older) (b
 		t := time.NewTimer(wait)
 		select {
 		case <-w.kick:
-			for _, m := range s.takeGone(w) {
+			gone := s.takeGone(w)
+			for _, m := range gone {
 				delete(remaining, m)
 			}
+			forget(gone)
 		case <-t.C:
 			look = time.Now().Before(next)
 		case <-epochCh:
@@ -178,9 +190,9 @@ func (s *Store) more(ctx context.Context, key, last, own string) ([]older, bool,
 	return out, more, nil
 }
 
-// lookAt removes from remaining the members no longer in key: one
-// ZMSCORE, for the snapshot's remaining members only.
-func (s *Store) lookAt(ctx context.Context, key string, remaining map[string]time.Duration) error {
+// lookAt removes from remaining the members no longer in key, and hands
+// them to forget: one ZMSCORE, for the snapshot's remaining members only.
+func (s *Store) lookAt(ctx context.Context, key string, remaining map[string]time.Duration, forget func([]string)) error {
 	members := make([]string, 0, len(remaining))
 	for m := range remaining {
 		members = append(members, m)
@@ -192,6 +204,7 @@ func (s *Store) lookAt(ctx context.Context, key string, remaining map[string]tim
 	for _, m := range gone {
 		delete(remaining, m)
 	}
+	forget(gone)
 	return nil
 }
 
@@ -225,7 +238,7 @@ func (s *Store) missing(ctx context.Context, key string, members []string) ([]st
 // still hold it (each would give it up by its own clock otherwise).
 func (s *Store) giveUp(key, member string) {
 	s.log.Debug("drain gave up an older request past its bound", zap.String("key", key), zap.String("member", member))
-	s.release(release{key: key, member: member}, time.Time{}, true, true)
+	s.release(release{key: key, member: member}, time.Time{}, true)
 }
 
 // watchAll registers w for the members of remaining, and removes from it

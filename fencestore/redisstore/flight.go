@@ -149,10 +149,9 @@ func (s *Store) barrierArg(a fencestore.Admission) string {
 // until its Release.
 type flight struct {
 	key string
-	// moot is when a release of it no longer matters: its bound and
-	// AbandonMargin after its admission began, on this process's monotonic
-	// clock. Every waiter has stopped waiting for it by then, having
-	// watched it that long since its own admission, which came later.
+	// moot is when a release of it no longer matters (releaseUntil), on
+	// this process's monotonic clock: the in-flight key no longer keeps
+	// it, so no request admitted later can find it.
 	moot time.Time
 	// The snapshot, for a flight admitted with older requests in flight:
 	// their members and bounds, when the admission's reply came (a

@@ -142,7 +142,7 @@ func (s *Store) MarkLost(ctx context.Context, want string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fencestore.Unavailable(err)
 	}
-	lost := fencestore.LostRecord()
+	lost := fencestore.LostRecord(want)
 	run := func(c redis.Scripter, key string) (string, error) {
 		return markLostScript.Run(ctx, c, []string{key}, lost, want).Text()
 	}

@@ -41,6 +41,14 @@ var errNoResource = errors.New("empty resource name (the key prefix alone is the
 // record (on a Ring's shards, in a Cluster's slots) differ.
 var errCopiesDisagree = errors.New("the copies of the identity record differ")
 
+// copiesDisagree is the errCopiesDisagree of Identity, with the records
+// the copies hold (one each, "" for none), which a forced Init stamps its
+// record after (fencestore.ForceOver).
+type copiesDisagree struct{ held []string }
+
+func (e *copiesDisagree) Error() string        { return errCopiesDisagree.Error() }
+func (e *copiesDisagree) Is(target error) bool { return target == errCopiesDisagree }
+
 // markKey is resource's mark key, or why resource has none: an empty name,
 // or (on a Cluster with a prefix of '{' alone, slots.go) a name that spells
 // an identity record.
@@ -123,7 +131,7 @@ func (s *Store) ringIdentity(ctx context.Context) (string, error) {
 		return "", err
 	}
 	var id string
-	var held []string
+	var held, values []string
 	for i, n := range nodes {
 		v, err := readIdentity(ctx, n.c, s.prefix)
 		if err != nil {
@@ -132,6 +140,7 @@ func (s *Store) ringIdentity(ctx context.Context) (string, error) {
 		if i == 0 {
 			id = v
 		}
+		values = append(values, v)
 		held = append(held, fmt.Sprintf("%s holds %q", n.addr, v))
 		if v != id {
 			id = "\x00" // they disagree
@@ -139,7 +148,7 @@ func (s *Store) ringIdentity(ctx context.Context) (string, error) {
 	}
 	if id == "\x00" {
 		return "", fencestore.Unavailable(fmt.Errorf("redisstore: %w: the ring's shards hold different ones (%s): "+
-			"a shard was emptied or replaced, and its marks may be gone", errCopiesDisagree, strings.Join(held, ", ")))
+			"a shard was emptied or replaced, and its marks may be gone", &copiesDisagree{held: values}, strings.Join(held, ", ")))
 	}
 	return id, nil
 }
@@ -162,8 +171,9 @@ func (s *Store) clusterIdentity(ctx context.Context) (string, error) {
 	if len(held) == 1 {
 		return found[0], nil
 	}
-	var parts []string
+	var parts, values []string
 	for v, slots := range held {
+		values = append(values, v)
 		what := fmt.Sprintf("hold %q", v)
 		if v == "" {
 			what = "hold none"
@@ -172,7 +182,7 @@ func (s *Store) clusterIdentity(ctx context.Context) (string, error) {
 	}
 	sort.Strings(parts)
 	return "", fencestore.Unavailable(fmt.Errorf("redisstore: %w: the cluster's slots hold different ones (%s): "+
-		"a master was emptied or replaced, and the marks of its slots may be gone", errCopiesDisagree, strings.Join(parts, "; ")))
+		"a master was emptied or replaced, and the marks of its slots may be gone", &copiesDisagree{held: values}, strings.Join(parts, "; ")))
 }
 
 // readRecords reads the identity records of slots, in one pipeline.
@@ -224,18 +234,24 @@ func (s *Store) Init(ctx context.Context, force bool) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fencestore.Unavailable(err)
 	}
+	id := fencestore.NewIdentity()
 	if force {
 		// Only a lost store (no record, a lost record, copies that
-		// disagree) or one an operator forced before is forced again.
+		// disagree) or one an operator forced before is forced again,
+		// stamped after every copy (fencestore.ForceOver).
 		held, err := s.Identity(ctx)
-		if err == nil && held != "" && !fencestore.IsLostRecord(held) && !fencestore.Forced(held) {
-			return "", fencestore.ErrNotLost
+		copies := []string{held}
+		var cd *copiesDisagree
+		if errors.As(err, &cd) {
+			copies, err = cd.held, nil
 		}
-		if err != nil && !errors.Is(err, errCopiesDisagree) {
+		if err != nil {
+			return "", err
+		}
+		if id, err = fencestore.ForceOver(copies...); err != nil {
 			return "", err
 		}
 	}
-	id := fencestore.NewIdentity(force)
 	set := func(c redis.Cmdable, key string) error {
 		if force {
 			return c.Set(ctx, key, id, 0).Err()

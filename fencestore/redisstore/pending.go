@@ -8,7 +8,8 @@ import (
 // pending is one release in the pending set.
 type pending struct {
 	sent      bool      // its owner (a pipeline, an admission, a sender of its own) sends it
-	until     time.Time // moot from then on (zero: one attempt)
+	until     time.Time // given up from then on (zero: one attempt)
+	seq       uint64    // its place in the order releases joined the set
 	notBefore time.Time // backoff: not taken before then
 	wait      time.Duration
 }
@@ -24,12 +25,14 @@ type ackedRelease struct {
 // the two travel apart: the pipeline that carries an admission also
 // carries the pending releases of the key it enters, ahead of it, on the
 // same connection. A release twice is harmless (the second finds nothing,
-// and announces nothing). Bounded: a release past the bound goes outside
-// it, without that promise.
+// and announces nothing). Bounded: when the set is full, the release that
+// joined it first is dropped to make room (add), and its entry is then
+// left to its waiters' clocks.
 type pendingReleases struct {
 	mu  sync.Mutex
 	m   map[release]*pending
 	max int
+	seq uint64
 	// retry, when set, is called (once per backoff) when a release sent
 	// again becomes due.
 	retry    func()
@@ -39,22 +42,43 @@ type pendingReleases struct {
 	recent []ackedRelease
 }
 
-// add puts r in the set, unless it is full; a release already there keeps
-// its place.
-func (p *pendingReleases) add(r release, until time.Time) bool {
+// add puts r in the set, to be sent until until; a release already there
+// keeps its place. When the set is full, the release that joined it first
+// leaves it to make room: add returns it, and dropped true. Its sender, if
+// it has one, stops at its next attempt (sending), and its entry holds
+// the requests that wait for it until each has watched it for its bound.
+// The oldest goes, not the newest: it is the likeliest to have been
+// abandoned by its waiters already.
+func (p *pendingReleases) add(r release, until time.Time) (oldest release, dropped bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.m[r]; ok {
-		return true
-	}
-	if len(p.m) >= p.max {
-		return false
+		return release{}, false
 	}
 	if p.m == nil {
 		p.m = make(map[release]*pending)
 	}
-	p.m[r] = &pending{until: until}
-	return true
+	if len(p.m) >= max(p.max, 1) {
+		var first *pending
+		for o, e := range p.m {
+			if first == nil || e.seq < first.seq {
+				oldest, first = o, e
+			}
+		}
+		delete(p.m, oldest)
+		dropped = true
+	}
+	p.seq++
+	p.m[r] = &pending{until: until, seq: p.seq}
+	return oldest, dropped
+}
+
+// sending reports whether r is still in the set: its sender goes on
+// trying only while it is (add may have dropped it).
+func (p *pendingReleases) sending(r release) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[r] != nil
 }
 
 // take appends to dst the releases due that nobody sends yet, which the
@@ -192,7 +216,7 @@ func (p *pendingReleases) trimRecent(now time.Time) {
 }
 
 // recentReleases returns the releases acknowledged in the last recentFor
-// that are not moot yet.
+// that are not given up yet.
 func (p *pendingReleases) recentReleases() []ackedRelease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -208,8 +232,8 @@ func (p *pendingReleases) recentReleases() []ackedRelease {
 }
 
 // failed takes rs back, which the store did not acknowledge (err): each
-// is due again after its backoff, or forgotten when it is moot by then. It
-// returns those given up.
+// is due again after its backoff, or forgotten when its until has passed
+// by then. It returns those given up.
 func (p *pendingReleases) failed(rs []release) (gaveUp []release) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

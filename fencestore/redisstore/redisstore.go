@@ -85,10 +85,12 @@ type Store struct {
 	// flights are this store's registrations until their Release.
 	channel   string
 	pend      *pendingReleases
+	dropped   atomic.Uint64 // releases dropped from a full pend (releaseDropped)
 	idPrefix  string
 	ids       atomic.Uint64
 	drainPoll time.Duration
 	flights   flights
+	watched   fencestore.Watched // when this process first saw each entry its Drains wait for
 	// linger is Options.ReleaseLinger, for releases sent without batching.
 	linger time.Duration
 	// wmu guards the subscriber's side: watchers (the Drains waiting for

@@ -23,9 +23,14 @@ import (
 // it in its run meanwhile: riders); one the store does not
 // acknowledge (a timeout, a lost connection, a failover, a replica that
 // refuses it) is sent again, with a growing backoff, until it is
-// acknowledged or moot: once its flight bound and fencestore.AbandonMargin
-// have passed since its admission began, on this process's monotonic clock,
-// every waiter has stopped waiting for it (drain.go). A release is
+// acknowledged or its entry can hold nobody back any more: releaseFor
+// past its bound, when the in-flight key no longer keeps it. Not merely
+// until every waiter that found it in flight gave it up: a request
+// admitted later (after an outage longer than the bound, say) finds the
+// entry still there and watches it from its own admission, so a release
+// dropped then would hold it for the whole bound. The pending set bounds
+// what is owed (pending.go): when it is full, the oldest release is
+// dropped, counted (DroppedReleases) and logged. A release is
 // idempotent (the second finds nothing and announces nothing), so sending
 // one twice is harmless; the releases acknowledged in the last few seconds
 // are sent again when the store's subscription comes back after a break (a
@@ -46,6 +51,18 @@ const (
 	retryMax   = time.Second
 )
 
+// releaseFor is how long past its flight bound an entry's release is sent
+// again, on this process's monotonic clock: flight.lua's GC, for which
+// the in-flight key keeps an entry nobody released. Until then a request
+// admitted at any time may find the entry and wait for it.
+const releaseFor = 48 * time.Hour
+
+// releaseUntil is when the release of an entry admitted at start with
+// bound is given up.
+func releaseUntil(start time.Time, bound time.Duration) time.Time {
+	return start.Add(bound + releaseFor)
+}
+
 // How many releases, and for how long, stay known after their
 // acknowledgement, to be sent again after a break of the subscription.
 const (
@@ -55,7 +72,7 @@ const (
 
 // Release ends f's flight: its release removes its entry and, when a later
 // entry may wait for it, announces it. Nobody waits for it; it is retried
-// until acknowledged or moot.
+// until acknowledged or its entry can hold nobody back (releaseUntil).
 func (s *Store) Release(f fencestore.Flight) {
 	if !f.Registered() || f.Ref == "" {
 		return
@@ -64,11 +81,11 @@ func (s *Store) Release(f fencestore.Flight) {
 	if fl == nil {
 		// Released before, or not this store's registration: still sent
 		// once, which is harmless.
-		s.release(release{key: f.Key, member: f.Ref}, time.Time{}, true, false)
+		s.release(release{key: f.Key, member: f.Ref}, time.Time{}, false)
 		return
 	}
 	// A Drain of this process waiting for it: no linger (batch.go).
-	s.release(release{key: fl.key, member: f.Ref}, fl.moot, true, s.awaited(f.Ref))
+	s.release(release{key: fl.key, member: f.Ref}, fl.moot, s.awaited(f.Ref))
 }
 
 // abandon releases the entry an admission with barrier argument fl may have
@@ -77,29 +94,31 @@ func (s *Store) Release(f fencestore.Flight) {
 // sense): left alone, it would hold the later requests of its resource
 // back until their waiters give it up. The member is not known, so the
 // release names it by order and id (flight.lua). It is sent until
-// acknowledged or moot (at moot), like any release; on another connection
-// than the admission, it may even run before it, and then finds nothing.
-func (s *Store) abandon(a fencestore.Admission, fkey, fl string, moot time.Time) {
+// acknowledged or until (releaseUntil), like any release; on another
+// connection than the admission, it may even run before it, and then finds
+// nothing.
+func (s *Store) abandon(a fencestore.Admission, fkey, fl string, until time.Time) {
 	_, id, ok := strings.Cut(fl, " ")
 	if !ok {
 		return
 	}
-	s.release(release{key: fkey, member: order41(a.Order()) + ":*:" + id}, moot, false, false)
+	s.release(release{key: fkey, member: order41(a.Order()) + ":*:" + id}, until, false)
 }
 
 // release sends r, again until it is acknowledged or until is past (the
 // zero time: one attempt). It joins the pending set, which the batcher's
 // next pipeline takes (at once when urgent, else after a linger for an
 // admission to ride: batch.go), or, without batching, a goroutine of its
-// own sends;
-// while it is there, an admission that enters its key carries it too, ahead
-// of itself. When the set is full, r goes on a goroutine of its own, outside
-// it, if spill, else not at all (abandon does not spill: its admissions
-// fail when the store does, and a goroutine each would pile up in an
-// outage).
-func (s *Store) release(r release, until time.Time, spill, urgent bool) {
-	tracked := s.pend.add(r, until)
-	if tracked && s.batch != nil {
+// own sends; while it is there, an admission that enters its key carries
+// it too, ahead of itself. A full set drops its oldest release to make
+// room (pendingReleases.add): the store's outage then holds later requests
+// no more than the set's size of releases can, and no goroutine piles up
+// per release.
+func (s *Store) release(r release, until time.Time, urgent bool) {
+	if old, dropped := s.pend.add(r, until); dropped {
+		s.releaseDropped(old)
+	}
+	if s.batch != nil {
 		if urgent {
 			s.batch.releasedNow()
 		} else {
@@ -107,41 +126,35 @@ func (s *Store) release(r release, until time.Time, spill, urgent bool) {
 		}
 		return
 	}
-	if !tracked && !spill {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		if tracked {
-			s.pend.done([]release{r})
-		}
+		s.pend.done([]release{r})
 		return
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		s.sendAlone(r, until, tracked, urgent)
+		s.sendAlone(r, until, urgent)
 	}()
 }
 
-// sendAlone sends r on its own until it is acknowledged, moot (until), or
-// the store closes; when tracked, it takes r's place in the pending set
-// first, unless an admission took it to carry (rides): on a single server
-// it gives one the store's linger to come, unless urgent.
-func (s *Store) sendAlone(r release, until time.Time, tracked, urgent bool) {
-	if tracked {
-		if s.linger > 0 && !urgent && s.rides() {
-			t := time.NewTimer(s.linger)
-			select {
-			case <-t.C:
-			case <-s.done: // sent once now, before the client closes
-				t.Stop()
-			}
+// sendAlone sends r on its own until it is acknowledged, until has passed,
+// it left the pending set (dropped to make room), or the store closes. It
+// takes r's place in the pending set first, unless an admission took it
+// to carry (rides): on a single server it gives one the store's linger to
+// come, unless urgent.
+func (s *Store) sendAlone(r release, until time.Time, urgent bool) {
+	if s.linger > 0 && !urgent && s.rides() {
+		t := time.NewTimer(s.linger)
+		select {
+		case <-t.C:
+		case <-s.done: // sent once now, before the client closes
+			t.Stop()
 		}
-		if !s.pend.claim(r) {
-			return // an admission carries it
-		}
+	}
+	if !s.pend.claim(r) {
+		return // an admission carries it
 	}
 	wait := retryFirst
 	for {
@@ -149,17 +162,13 @@ func (s *Store) sendAlone(r release, until time.Time, tracked, urgent bool) {
 		err := releaseScript.Run(ctx, s.client, []string{r.key}, r.member, s.channel).Err()
 		cancel()
 		if err == nil {
-			if tracked {
-				s.pend.done([]release{r})
-			}
+			s.pend.done([]release{r})
 			s.pend.acked([]release{r}, until)
 			return
 		}
 		if !time.Now().Add(wait).Before(until) {
-			if tracked {
-				s.pend.done([]release{r})
-			}
-			s.releaseFailed(r.key, err, true)
+			s.pend.done([]release{r})
+			s.releaseFailed(r.key, err)
 			return
 		}
 		t := time.NewTimer(wait)
@@ -167,21 +176,39 @@ func (s *Store) sendAlone(r release, until time.Time, tracked, urgent bool) {
 		case <-t.C:
 		case <-s.done:
 			t.Stop()
-			if tracked {
-				s.pend.done([]release{r})
-			}
+			s.pend.done([]release{r})
 			return
+		}
+		if !s.pend.sending(r) {
+			return // dropped to make room (releaseDropped said so)
 		}
 		wait = min(2*wait, retryMax)
 	}
 }
 
-// releaseFailed logs a release given up: moot (its waiters gave it up
-// already), or the store closed. Debug level: the admissions of a store
-// that fails fail too, and say so louder.
-func (s *Store) releaseFailed(key string, err error, moot bool) {
-	s.log.Debug("drain release not acknowledged", zap.String("key", key), zap.Bool("moot", moot), zap.Error(err))
+// releaseFailed logs a release given up: its entry can hold nobody back
+// any more, or it was worth one attempt only. Debug level: the admissions
+// of a store that fails fail too, and say so louder.
+func (s *Store) releaseFailed(key string, err error) {
+	s.log.Debug("drain release not acknowledged", zap.String("key", key), zap.Error(err))
 }
+
+// releaseDropped counts and logs a release that left the full pending set
+// unacknowledged: its entry holds the requests that find it until each has
+// watched it for its bound. Logged at the first drop and each time the
+// count doubles, so that a long outage does not flood the log.
+func (s *Store) releaseDropped(r release) {
+	n := s.dropped.Add(1)
+	if n&(n-1) == 0 {
+		s.log.Warn("drain release dropped unacknowledged: too many owed to the store; "+
+			"its entry holds later requests until their waiters give it up",
+			zap.String("key", r.key), zap.Uint64("dropped", n), zap.Int("owed", s.pend.max))
+	}
+}
+
+// DroppedReleases is how many releases this store dropped unacknowledged
+// because too many were owed at once (a long outage under load).
+func (s *Store) DroppedReleases() uint64 { return s.dropped.Load() }
 
 // rides reports whether releases ride admissions' script runs without
 // batching too: on a single server (plain or Sentinel), where one run may
@@ -236,17 +263,17 @@ func (s *Store) settleRiders(owned []release, err error) {
 		s.mu.Unlock()
 		go func() {
 			defer s.bg.Done()
-			s.sendAlone(u.release, u.until, true, true)
+			s.sendAlone(u.release, u.until, true)
 		}()
 	}
 }
 
 // resendRecent sends again the releases acknowledged in the last recentFor
-// that are not moot: the store came back after a break, maybe on a
+// that are not given up: the store came back after a break, maybe on a
 // replica promoted without them.
 func (s *Store) resendRecent() {
 	for _, r := range s.pend.recentReleases() {
-		s.release(r.release, r.until, false, true)
+		s.release(r.release, r.until, true)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
@@ -115,6 +116,24 @@ func testIdentity(t *testing.T, s KeeperStore, lose func(t *testing.T, s KeeperS
 	second, err := s.Init(ctx, true)
 	if err != nil || second == renewed || !fencestore.Supersedes(second, renewed) {
 		t.Fatalf("second Init --force = %q, %v", second, err)
+	}
+	// The record the replicas expect was forced on a host whose clock is
+	// an hour ahead of this one, and a replica found the store lost
+	// since: the next force, stamped here, still supersedes it, or no
+	// replica would ever take it up.
+	ahead := fmt.Sprintf("forced-%013d-%032x", time.Now().Add(time.Hour).UnixMilli(), 1)
+	ctx = ctxT(t) // a Cluster writes every slot's record in each step: a bound of their own
+	marked, err = s.MarkLost(ctx, ahead)
+	if err != nil || !fencestore.IsLostRecord(marked) {
+		t.Fatalf("MarkLost(%q) over %q = %q, %v; want a lost record", ahead, second, marked, err)
+	}
+	third, err := s.Init(ctx, true)
+	if err != nil || !fencestore.Supersedes(third, ahead) {
+		t.Fatalf("Init --force after a record forced by a clock an hour ahead = %q, %v; want a record that supersedes %q", third, err, ahead)
+	}
+	// And a force over that one, at once, supersedes it too.
+	if fourth, err := s.Init(ctx, true); err != nil || !fencestore.Supersedes(fourth, third) {
+		t.Fatalf("Init --force over %q = %q, %v; want a record that supersedes it", third, fourth, err)
 	}
 }
 

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) fencestore.Store) {
 		{"Context", testContext},
 		{"Concurrent", testConcurrent},
 		{"Barrier", testBarrier},
+		{"WatchContinues", testWatchContinues},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
