@@ -70,8 +70,15 @@ func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, v *verdi
 	// release would let a newer request through while the upstream still
 	// works on this one (exchange.go).
 	client := r.Context()
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(client), deadline)
-	defer cancel()
+	var ctx context.Context
+	if d := p.flights.take(v.start); d != nil {
+		ctx = d
+		defer d.done()
+	} else {
+		c, cancel := context.WithDeadline(context.WithoutCancel(client), deadline)
+		defer cancel()
+		ctx = c
+	}
 	if !p.passBarrier(ctx, w, r, v, f, bodyBy) {
 		// passBarrier has answered and seen to the release.
 		v.endAdmit()
