@@ -62,21 +62,27 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 	if targetHasFragment(r) {
 		return v.refused(refFragment, errTargetFragment.Error())
 	}
+	// One walk of the header map tells whether any name is spelled with
+	// '_' (a twin of a header the fence reads); the common request has none
+	// and is not walked again for each set of names.
+	twins := hasUnderscoreName(r.Header)
 	// Headers only fenceproxy may set, or that frameworks read as the path:
 	// stripped on the way to the upstream; in the authorization mode, where
 	// the asking proxy forwards what it was sent, refused.
 	if authz {
-		if h := reservedHeaderOf(r.Header); h != "" {
+		if h := reservedHeaderOf(r.Header, twins); h != "" {
 			return v.refused(refReservedHeader, "the request carries "+h+", a header a client must not send: only fenceproxy "+
 				"sets Fence-Decision and Fence-Problem, and frameworks read X-Original-URL and X-Rewrite-URL as the path, so the "+
 				"app could act on another request than the one decided on")
 		}
 	} else {
-		stripReserved(r.Header)
+		stripReserved(r.Header, twins)
 	}
-	if h := underscoreTwin(r.Header, p.overrideHeaders); h != "" {
-		return v.refused(refMethodOverride, "the request carries "+quoteShort(h)+", which CGI-style frameworks read as a "+
-			"method override header: send it with '-', not '_'")
+	if twins {
+		if h := underscoreTwin(r.Header, p.overrideHeaders); h != "" {
+			return v.refused(refMethodOverride, "the request carries "+quoteShort(h)+", which CGI-style frameworks read as a "+
+				"method override header: send it with '-', not '_'")
+		}
 	}
 	escaped := r.URL.EscapedPath()
 	canon, trailing, err := CanonicalPath(escaped)
@@ -139,7 +145,7 @@ func (p *Proxy) decide(v *verdict, tab *router, r *http.Request, authz bool) *ve
 	if err == nil {
 		err = p.checkConnection(r, rt)
 	}
-	if err == nil {
+	if err == nil && twins {
 		if h := underscoreTwin(r.Header, rt.connHeaders); h != "" {
 			err = &underscoreError{header: h}
 		}

@@ -70,9 +70,19 @@ func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, v *verdi
 	// release would let a newer request through while the upstream still
 	// works on this one (exchange.go).
 	client := r.Context()
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(client), deadline)
-	defer cancel()
-	if !p.passBarrier(ctx, w, r, v, f, bodyBy) {
+	var ctx context.Context
+	if d := p.flights.take(v.start); d != nil {
+		ctx = d
+		defer d.done()
+	} else {
+		c, cancel := context.WithDeadline(context.WithoutCancel(client), deadline)
+		defer cancel()
+		ctx = c
+	}
+	// The exchange carries the client's values (a shared deadline has
+	// none) to the barrier's watch too.
+	x := &exchange{Context: ctx, client: client}
+	if !p.passBarrier(x, w, r, v, f, bodyBy) {
 		// passBarrier has answered and seen to the release.
 		v.endAdmit()
 		return
@@ -83,7 +93,6 @@ func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, v *verdi
 	// it. A deferred call, so that it runs on ReverseProxy's
 	// http.ErrAbortHandler panic too.
 	defer p.store.Release(f)
-	x := &exchange{Context: ctx, client: client}
 	defer x.end(v.rt.metrics)
 	if client.Err() != nil {
 		// Gone before anything was sent: nobody is waiting for this

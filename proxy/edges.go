@@ -229,6 +229,19 @@ func underscoreTwin(h http.Header, names []string) string {
 	return ""
 }
 
+// hasUnderscoreName reports whether a header name of h holds '_': without
+// one no header is an underscore twin of any name, and the request's
+// header map need not be walked again for each set of names (the reserved
+// headers, the override headers, the route's own).
+func hasUnderscoreName(h http.Header) bool {
+	for k := range h {
+		if strings.IndexByte(k, '_') >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // sameButUnderscores reports whether a equals b, ignoring case and taking
 // '_' in a for '-'.
 func sameButUnderscores(a, b string) bool {
@@ -255,23 +268,27 @@ func lowerASCII(c byte) byte {
 }
 
 // reservedHeaderOf returns the name of a reserved header h carries (in any
-// spelling a framework reads as it, '_' for '-' included), or "".
-func reservedHeaderOf(h http.Header) string {
+// spelling a framework reads as it, '_' for '-' included), or "". twins is
+// hasUnderscoreName(h).
+func reservedHeaderOf(h http.Header, twins bool) string {
 	for _, n := range reservedHeaders {
 		if _, ok := h[n]; ok {
 			return n
 		}
 	}
+	if !twins {
+		return ""
+	}
 	return underscoreTwin(h, reservedHeaders)
 }
 
 // stripReserved removes the reserved headers from h, in every spelling a
-// framework reads as one of them.
-func stripReserved(h http.Header) {
+// framework reads as one of them. twins is hasUnderscoreName(h).
+func stripReserved(h http.Header, twins bool) {
 	for _, n := range reservedHeaders {
 		delete(h, n)
 	}
-	for {
+	for twins {
 		k := underscoreTwin(h, reservedHeaders)
 		if k == "" {
 			return

@@ -23,7 +23,7 @@ import (
 // not cancel), and answers exchangeKey with itself: the response hook finds
 // it there (forward.go). One allocation for the three, on the hot path.
 type exchange struct {
-	context.Context                 // the request's upstream deadline
+	context.Context                 // the request's upstream deadline (flightDeadlines)
 	client          context.Context // the client's own request context
 	cut             atomic.Bool     // the response body was closed before its end
 	body            readToEnd
@@ -31,15 +31,19 @@ type exchange struct {
 
 type exchangeKey struct{}
 
-// Value returns x for exchangeKey, and what its deadline's context holds
-// for any other key (the request's values, and the context package's own
-// key, so that contexts derived from x attach to its deadline without a
-// goroutine).
+// Value returns x for exchangeKey, what its deadline's context holds for
+// any other key (the context package's own key, so that contexts derived
+// from x attach to its deadline without a goroutine), and else what the
+// client's context holds (the request's values: a deadline shared by
+// several requests carries none of them).
 func (x *exchange) Value(key any) any {
 	if key == (exchangeKey{}) {
 		return x
 	}
-	return x.Context.Value(key)
+	if v := x.Context.Value(key); v != nil {
+		return v
+	}
+	return x.client.Value(key)
 }
 
 // exchangeOf returns the exchange r's forward belongs to, or nil when r is

@@ -99,6 +99,7 @@ type Proxy struct {
 	upstreamTimeout time.Duration
 	drainTimeout    time.Duration
 	deadlines       *sharedDeadline
+	flights         *flightDeadlines // the upstream deadlines of requests in flight
 	// marks is the mark cache (markcache.go); nil when off.
 	marks *markCache
 	// tracer starts fence.admit; nil when tracing is off (trace.go).
@@ -176,6 +177,7 @@ func newProxy(o Options) (*Proxy, error) {
 		overrideHeaders: overrideHeaders(o.MethodOverrideHeaders),
 		marks:           newMarkCache(o.MarkCache),
 		deadlines:       newSharedDeadline(o.StoreTimeout),
+		flights:         newFlightDeadlines(o.UpstreamTimeout),
 		log:             o.Logger,
 		outageLog: o.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 			return zapcore.NewSamplerWithOptions(c, time.Second, outageLogFirst, outageLogThereafter)

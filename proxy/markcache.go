@@ -103,7 +103,8 @@ func (s *markShard) get(resource string, h uint64) (fencestore.Mark, uint64, boo
 
 // admitted remembers m, seen at generation gen, for a resource just
 // admitted, when it is above what is remembered (or replaces it, when
-// replace: the store set the floor aside for an operator's change), and
+// replace: the store set the floor aside for an operator's change, unless
+// the remembered mark was seen at a later generation), and
 // makes the resource the most recent.
 func (c *markCache) admitted(resource string, m fencestore.Mark, gen uint64, replace bool) {
 	c.put(resource, m, gen, replace, true)
@@ -128,10 +129,19 @@ func (s *markShard) put(resource string, h uint64, perShard int, m fencestore.Ma
 	i, ok := s.index[h]
 	if ok && s.slots[i].resource == resource {
 		e := &s.slots[i]
-		if replace || e.mark.Before(m) {
-			e.mark = m
+		// The generation says when the mark was true, and moves only with
+		// it: a late write from before an operator's change (an admission
+		// answered before a reset, remembered after the reset's own
+		// answer) must keep its old generation, so that the store sets it
+		// aside; given the newer one it would raise the reset back. For
+		// the same reason an operator's change seen at an older generation
+		// than the remembered mark's does not replace it.
+		switch {
+		case replace && gen >= e.gen, e.mark.Before(m):
+			e.mark, e.gen = m, gen
+		case m == e.mark:
+			e.gen = max(e.gen, gen)
 		}
-		e.gen = max(e.gen, gen)
 		if add {
 			s.unlink(i)
 			s.pushFront(i)

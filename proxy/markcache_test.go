@@ -57,8 +57,7 @@ func TestMarkCacheHealsALostMark(t *testing.T) {
 // remembered (no shard overflows for the unevenness of hashing); it
 // forgets the resource least recently admitted; refusals never add a
 // resource, so a flood of refused names evicts nothing, and a hot resource
-// admitted between a flood of admitted names keeps its floor; a lower mark
-// never replaces a higher one, except for an operator's change.
+// admitted between a flood of admitted names keeps its floor.
 func TestMarkCacheBounded(t *testing.T) {
 	const size = 100000
 	c := newMarkCache(size)
@@ -100,17 +99,96 @@ func TestMarkCacheBounded(t *testing.T) {
 		t.Fatalf("%d entries in a cache of 640", n)
 	}
 
-	small.admitted("x", fencestore.Mark{Token: 9}, 3, false)
-	small.refused("x", fencestore.Mark{Token: 3}, 4, false)
-	if m, gen, ok := small.get("x"); !ok || m.Token != 9 || gen != 4 {
-		t.Fatalf("x = %+v at %d, %v; want 9 at 4", m, gen, ok)
-	}
-	small.admitted("x", fencestore.Mark{Token: 3}, 5, true)
-	if m, _, _ := small.get("x"); m.Token != 3 {
-		t.Fatalf("x = %+v after an operator's change to 3, want 3", m)
-	}
 	if newMarkCache(0) != nil {
 		t.Fatal("FENCE_MARK_CACHE=0 made a cache")
+	}
+}
+
+// The generation moves only together with the mark it was seen with: a
+// lower mark never replaces a higher one (nor its generation), except for
+// an operator's change no older than the remembered mark; an equal mark
+// seen later carries the later generation.
+func TestMarkCacheGeneration(t *testing.T) {
+	type put struct {
+		token, gen     uint64
+		replace, admit bool
+	}
+	tests := []struct {
+		name       string
+		puts       []put
+		token, gen uint64 // remembered at the end
+	}{
+		{"a higher mark with its generation", []put{{9, 3, false, true}, {12, 5, false, true}}, 12, 5},
+		{"a lower mark refused: neither moves", []put{{9, 3, false, true}, {3, 4, false, false}}, 9, 3},
+		{"a lower mark admitted: neither moves", []put{{9, 3, false, true}, {3, 4, false, true}}, 9, 3},
+		{"the same mark seen later", []put{{9, 3, false, true}, {9, 6, false, false}}, 9, 6},
+		{"the same mark seen earlier", []put{{9, 6, false, true}, {9, 3, false, true}}, 9, 6},
+		{"an operator's change replaces a higher mark", []put{{9, 3, false, true}, {3, 5, true, true}}, 3, 5},
+		{"a late write from before the change keeps its generation", []put{
+			{9, 3, false, true}, {3, 5, true, true}, {9, 3, false, true}}, 9, 3},
+		{"a late refusal from before the change too", []put{
+			{9, 3, false, true}, {3, 5, true, true}, {9, 4, false, false}}, 9, 4},
+		{"an older operator's change does not replace a newer mark", []put{
+			{3, 5, true, true}, {7, 8, false, true}, {2, 6, true, true}}, 7, 8},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newMarkCache(10)
+			for _, p := range tc.puts {
+				m := fencestore.Mark{Token: p.token}
+				if p.admit {
+					c.admitted("x", m, p.gen, p.replace)
+				} else {
+					c.refused("x", m, p.gen, p.replace)
+				}
+			}
+			if m, gen, ok := c.get("x"); !ok || m.Token != tc.token || gen != tc.gen {
+				t.Fatalf("x = %d at %d, %v; want %d at %d", m.Token, gen, ok, tc.token, tc.gen)
+			}
+		})
+	}
+}
+
+// A replica's cache write that lands after an operator's reset (the
+// admission was answered before the reset, its handler remembers the mark
+// after the next admission already remembered the reset's outcome) does
+// not undo the reset: the late mark keeps its old generation, the store
+// sets it aside, and the next token above the reset is admitted, the
+// store's mark not raised back.
+func TestMarkCacheLateWriteAfterReset(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	id, err := s.Init(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Expect(id)
+	f := newFixtureWith(t, ordersRoutes, s, func(o *Options) { o.MarkCache = 100 })
+	p := f.proxy
+	if resp, _ := f.do("PUT", "/orders/9", "Fencing-Token", "615"); resp.StatusCode != 200 {
+		t.Fatalf("615: %d", resp.StatusCode)
+	}
+	late, lateGen, ok := p.marks.get("orders/9")
+	if !ok || late.Token != 615 {
+		t.Fatalf("remembered %+v %v after 615", late, ok)
+	}
+	if _, _, err := s.Reset(ctx, "orders/9", &fencestore.Mark{Token: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := f.do("PUT", "/orders/9", "Fencing-Token", "101"); resp.StatusCode != 200 {
+		t.Fatalf("101 after a reset to 100: %d %s", resp.StatusCode, body)
+	}
+	// The write of an admission answered before the reset, late.
+	p.marks.admitted("orders/9", late, lateGen, false)
+
+	if resp, body := f.do("PUT", "/orders/9", "Fencing-Token", "102"); resp.StatusCode != 200 {
+		t.Fatalf("102 after the late write: %d %s; the reset was undone", resp.StatusCode, body)
+	}
+	if m, _, _ := s.Get(ctx, "orders/9"); m.Token != 102 {
+		t.Fatalf("store mark %+v, want 102 (not raised back to 615)", m)
+	}
+	if m, _, _ := p.marks.get("orders/9"); m.Token != 102 {
+		t.Fatalf("remembered %+v, want the store's 102 in place of the late 615", m)
 	}
 }
 

@@ -74,6 +74,7 @@ type fixture struct {
 	t        *testing.T
 	up       *recordingUpstream
 	front    *httptest.Server
+	proxy    *Proxy
 	store    fencestore.Store
 	metrics  *Metrics
 	upstream *url.URL
@@ -130,7 +131,7 @@ func newFixtureWith(t *testing.T, routesYAML string, store fencestore.Store, opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.front = httptest.NewServer(p)
+	f.proxy, f.front = p, httptest.NewServer(p)
 	t.Cleanup(f.front.Close)
 	return f
 }

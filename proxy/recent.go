@@ -71,13 +71,13 @@ type Contested struct {
 // The entries are kept in order of their counts, least first (the
 // algorithm's stream summary as one array): the least counted is the
 // first, and a count that grows by one moves its entry only to the end of
-// the run of entries with the same count (last), so a refusal costs a few
-// map lookups whatever the number tracked, not a scan of them all.
+// the run of entries with the same count, found by binary search, so a
+// refusal costs a map lookup and a few comparisons whatever the number
+// tracked, not a scan of them all.
 type contestedResources struct {
 	mu     sync.Mutex
 	order  []Contested    // by Stale, least first
 	byName map[string]int // position in order
-	last   map[uint64]int // the last position in order with that Stale
 }
 
 const contestedSize = 100
@@ -88,7 +88,6 @@ func (c *contestedResources) add(route, resource, mark string, at time.Time) {
 	if c.byName == nil {
 		c.order = make([]Contested, 0, contestedSize)
 		c.byName = make(map[string]int, contestedSize)
-		c.last = make(map[uint64]int, contestedSize)
 	}
 	i, ok := c.byName[resource]
 	switch {
@@ -97,10 +96,8 @@ func (c *contestedResources) add(route, resource, mark string, at time.Time) {
 		// Not full yet (only the first contestedSize resources): the new
 		// entry, counted 0, goes first, and every position moves up one.
 		c.order = slices.Insert(c.order, 0, Contested{Resource: resource})
-		clear(c.last)
 		for j := range c.order {
 			c.byName[c.order[j].Resource] = j
-			c.last[c.order[j].Stale] = j
 		}
 		i = 0
 	default: // the least counted gives its place and its count
@@ -118,20 +115,15 @@ func (c *contestedResources) add(route, resource, mark string, at time.Time) {
 // count, and returns the entry's new position.
 func (c *contestedResources) bump(i int) int {
 	n := c.order[i].Stale
-	if end := c.last[n]; end != i { // the end of n's run: its place now
+	// The end of n's run, its place now: just before the first entry
+	// counted more, at or after i.
+	end, _ := slices.BinarySearchFunc(c.order[i:], n+1, func(e Contested, t uint64) int { return cmp.Compare(e.Stale, t) })
+	if end += i - 1; end != i {
 		c.order[i], c.order[end] = c.order[end], c.order[i]
 		c.byName[c.order[i].Resource], c.byName[c.order[end].Resource] = i, end
 		i = end
 	}
-	if i > 0 && c.order[i-1].Stale == n {
-		c.last[n] = i - 1
-	} else {
-		delete(c.last, n)
-	}
 	c.order[i].Stale = n + 1
-	if _, ok := c.last[n+1]; !ok { // the first of n+1: the run after it, if any, counts more
-		c.last[n+1] = i
-	}
 	return i
 }
 
