@@ -1588,8 +1588,9 @@ func monBuild(t *testing.T) string {
 // finds them on a Redis-backed proxy, or lets them be missing when Redis
 // tests are skipped (FENCE_SKIP_REDIS=1 without redis-server).
 var monRedisOnly = map[string]string{
-	"fenceproxy_redis_master_changes_total": "registered only with Redis (not Cluster): the master watch",
-	"fenceproxy_redis_master":               "registered only with Redis (not Cluster): the master watch",
+	"fenceproxy_redis_master_changes_total":   "registered only with Redis (not Cluster): the master watch",
+	"fenceproxy_redis_master":                 "registered only with Redis (not Cluster): the master watch",
+	"fenceproxy_drain_releases_dropped_total": "registered only with Redis and etcd: the releases sent again",
 }
 
 // monMetricProblems compares what the queries use with the families

@@ -35,6 +35,19 @@ type openedStore struct {
 	watches []func(context.Context)
 }
 
+// releaseDropper is a store that retries the releases it could not send
+// (Redis, etcd) and has to drop some when too many wait.
+type releaseDropper interface{ DroppedReleases() uint64 }
+
+// registerDropped exports the releases d dropped unsent.
+func registerDropped(reg prometheus.Registerer, d releaseDropper) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "fenceproxy_drain_releases_dropped_total",
+		Help: "Releases of in-flight requests dropped before the store acknowledged them, because too many were " +
+			"waiting to be sent again: each may hold the newer requests of its resource until their waiters give it up.",
+	}, func() float64 { return float64(d.DroppedReleases()) }))
+}
+
 func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, settingsEvery time.Duration,
 	onRoundTrip func(fencestore.RoundTrip)) (openedStore, error) {
 	switch cfg.Store {
@@ -63,6 +76,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 			return openedStore{}, fmt.Errorf("FENCE_ETCD_ENDPOINTS: %w", err)
 		}
 		s := etcdstore.New(client, etcdstore.Options{KeyPrefix: cfg.KeyPrefix, Logger: log.Named("etcd"), OnRoundTrip: onRoundTrip})
+		registerDropped(reg, s)
 		return openedStore{store: s, keeper: s}, nil
 	}
 	return openedStore{}, fmt.Errorf("FENCE_STORE: unknown store %q", cfg.Store)
@@ -101,6 +115,7 @@ func openRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pro
 	}
 	out := openedStore{store: s}
 	out.keeper, _ = any(s).(fencestore.Keeper)
+	registerDropped(reg, s)
 
 	// Not reaching Redis at start is not fatal: the proxy starts with the
 	// store down (fenced requests 503, not ready with
