@@ -284,7 +284,7 @@ for i = 1, n do
     if serr then
       flag, result = -1, serr
       if member ~= '' then
-        call('ZREM', fkey, member)
+        forget(fkey, member)
         member, olders, more = '', {}, false
       end
     else

@@ -125,8 +125,9 @@ func TestDrainDeadReplica(t *testing.T) {
 	b.Release(later)
 }
 
-// release.lua announces a release, naming its member, only when an entry
-// ordered after it is still in flight: nobody else can be waiting for it.
+// release.lua announces a release, naming its member, only when an
+// admission ordered after it found it in flight: nobody else can be
+// waiting for it.
 func TestScriptReleasePublishes(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
@@ -217,6 +218,16 @@ func TestScriptReleasePublishes(t *testing.T) {
 	}
 	if members, err := c.ZRange(ctx, fkey, 0, -1).Result(); err != nil || len(members) != 1 || !strings.HasSuffix(members[0], ":e") {
 		t.Errorf("left in flight: %q, %v; want (43, 0) alone", members, err)
+	}
+	// (43, no sequence) admitted after (43, 0), which did not find it in
+	// flight and so does not wait for it: its release is not announced,
+	// though an entry ordered after it is in flight.
+	m43f := enter("43", "", "f")
+	if n := rel(m43f); n != 1 {
+		t.Fatalf("release of %s removed %d", m43f, n)
+	}
+	if got := nextMessage(); got != "-" {
+		t.Errorf("release of 43 that (43, 0), admitted before it, never waited for published %q", got)
 	}
 }
 
