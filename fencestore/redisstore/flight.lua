@@ -49,6 +49,19 @@ local WAITED = '~'
 -- entry out again forgets the key here).
 local ensured = {}
 
+-- ttls maps each flight bound (milliseconds, as the argument gives it) of
+-- this run to the TTL a key entered with it is set to, flight + GCSET:
+-- formatted once per run, not per admission.
+local ttls = {}
+local function ttlFor(bound, flight)
+  local ttl = ttls[bound]
+  if ttl == nil then
+    ttl = string.format('%.0f', flight + GCSET)
+    ttls[bound] = ttl
+  end
+  return ttl
+end
+
 -- flagAll flags every entry of key ordered before order and after last,
 -- the last entry a snapshot lists (an admission with more entries before
 -- it than that): its waiter reads those later (drain.go), and their
@@ -99,7 +112,7 @@ local function enter(key, token, seq, bound, id)
   local need = ensured[key] == nil or ensured[key] < flight
   local set = 0
   if need then
-    set, err = call('PEXPIRE', key, string.format('%.0f', flight + GCSET), 'NX')
+    set, err = call('PEXPIRE', key, ttlFor(bound, flight), 'NX')
   end
   local olders, more = {}, false
   if not err and set ~= 1 then
@@ -122,7 +135,7 @@ local function enter(key, token, seq, bound, id)
       local ttl
       ttl, err = call('PTTL', key)
       if not err and ttl < flight + GC then
-        _, err = call('PEXPIRE', key, string.format('%.0f', flight + GCSET))
+        _, err = call('PEXPIRE', key, ttlFor(bound, flight))
       end
     end
   end
