@@ -149,6 +149,19 @@ for i = 1, n do
   end
 end
 
+-- flagged[i]: a later admission of the run with a barrier enters the same
+-- in-flight key, so that it finds admission i's entry in flight (when it
+-- is ordered after it, as it is unless of an equal order): the entry is
+-- flagged as it goes in (flight.lua's enter), in the same command.
+local flagged, last = {}, {}
+for i = n, 1, -1 do
+  if bounds[i] then
+    local fkey = KEYS[2 * i]
+    flagged[i] = last[fkey] ~= nil
+    last[fkey] = i
+  end
+end
+
 -- The releases, ahead of every admission of the run.
 for i = 1, #relkeys do
   release(relkeys[i], relmembers[i], channel)
@@ -269,7 +282,7 @@ for i = 1, n do
   -- fails as a whole and leaves the mark as it was.
   local member, olders, more = '', {}, false
   if flag == 1 and bounds[i] then
-    local m, ol, mo, ferr = enter(fkey, token, seq, bounds[i], ids[i])
+    local m, ol, mo, ferr = enter(fkey, token, seq, bounds[i], ids[i], flagged[i])
     if ferr then
       flag, result, write = -1, ferr, nil
       key = fkey

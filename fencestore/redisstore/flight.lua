@@ -49,6 +49,12 @@ local WAITED = '~'
 -- entry out again forgets the key here).
 local ensured = {}
 
+-- flaggedRun holds the members this run flagged (or entered flagged): a
+-- later admission of the run that finds them flags only the others, and
+-- none at all when they all are (one command less per admission when
+-- many of one resource share a run).
+local flaggedRun = {}
+
 -- ttls maps each flight bound (milliseconds, as the argument gives it) of
 -- this run to the TTL a key entered with it is set to, flight + GCSET:
 -- formatted once per run, not per admission.
@@ -96,8 +102,9 @@ end
 -- was new, held nothing else, and the snapshot is empty without a look.
 -- A key that was there already is read: its entries ordered before this
 -- one (ZRANGEBYLEX), which are flagged as waited for (WAITED), and its TTL
--- (PTTL), renewed when below this flight's need.
-local function enter(key, token, seq, bound, id)
+-- (PTTL), renewed when below this flight's need. With flag (a later
+-- admission of the run enters key too) the entry goes in flagged.
+local function enter(key, token, seq, bound, id, flag)
   local order = pad(token) .. ':'
   if seq == '' then
     order = order .. '--------------------'
@@ -105,7 +112,12 @@ local function enter(key, token, seq, bound, id)
     order = order .. pad(seq)
   end
   local member = order .. ':' .. string.rep('0', 12 - #bound) .. bound .. ':' .. id
-  local _, err = call('ZADD', key, '0', member)
+  local _, err
+  if flag then
+    _, err = call('ZADD', key, '0', member, '0', WAITED .. member)
+  else
+    _, err = call('ZADD', key, '0', member)
+  end
   if err then return nil, nil, nil, err end
   local flight = tonumber(bound)
   -- need: this run has not made sure of the key's TTL for this flight.
@@ -124,11 +136,19 @@ local function enter(key, token, seq, bound, id)
         more = true
       end
       local args = {}
-      for i, m in ipairs(olders) do
-        args[2 * i - 1], args[2 * i] = '0', WAITED .. m
+      for _, m in ipairs(olders) do
+        if not flaggedRun[m] then
+          local k = #args
+          args[k + 1], args[k + 2] = '0', WAITED .. m
+        end
+      end
+      if not err and #args > 0 then
+        _, err = call('ZADD', key, unpack(args))
       end
       if not err then
-        _, err = call('ZADD', key, unpack(args))
+        for _, m in ipairs(olders) do
+          flaggedRun[m] = true
+        end
       end
     end
     if not err and need then
@@ -140,12 +160,15 @@ local function enter(key, token, seq, bound, id)
     end
   end
   if err then
-    call('ZREM', key, member)
+    call('ZREM', key, member, WAITED .. member)
     ensured[key] = nil
     return nil, nil, nil, err
   end
   if need then
     ensured[key] = flight
+  end
+  if flag then
+    flaggedRun[member] = true
   end
   return member, olders, more
 end
@@ -153,7 +176,7 @@ end
 -- forget tells enter that member, entered in key by this run, was taken
 -- out again (its mark could not be written): the key may be gone.
 local function forget(key, member)
-  call('ZREM', key, member)
+  call('ZREM', key, member, WAITED .. member)
   ensured[key] = nil
 end
 
@@ -174,7 +197,9 @@ end
 -- whose reply was lost. A key of another type fails its own release
 -- only: every command goes through call.
 local function release(key, member, channel)
-  if string.sub(member, 42, 44) == ':*:' then
+  -- (Byte 43 is a digit of the bound in a member, '*' (42) in that form:
+  -- a byte, so that no string is made per release.)
+  if string.byte(member, 43) == 42 and string.sub(member, 42, 44) == ':*:' then
     -- "order:*:id": an admission whose reply was lost, so that its member
     -- is not known; it is the one of its order with that id.
     local order, suffix = string.sub(member, 1, 41), string.sub(member, 44)
