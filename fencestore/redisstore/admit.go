@@ -40,16 +40,16 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	// Without a barrier the script does not touch the in-flight key, but
 	// a Cluster still refuses keys of two slots (CROSSSLOT): the mark key
 	// again stands in for it.
-	fkey, fl := key, s.barrierArg(a)
+	fkey, fl := key, ""
 	var epoch uint64
-	if fl != "" {
+	if a.Flight > 0 {
 		k, sameSlot := flightKey(key)
 		if !sameSlot && s.sharded() {
 			// The script would touch keys of two slots: Cluster refuses
 			// it, and a Ring may send it where one of them is not.
 			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, errNoFlightSlot))
 		}
-		fkey = k
+		fkey, fl = k, s.barrierArg(a, s.flights.busy(k))
 		// Announcements reach a waiter from the subscription that was up
 		// when its admission was sent (drain.go).
 		s.startListening()

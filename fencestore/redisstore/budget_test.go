@@ -139,3 +139,56 @@ func commandCounts(t *testing.T, srv *redistest.Server) map[string]int64 {
 	}
 	return out
 }
+
+// TestContendedCommandBudget holds the commands Redis runs per admitted
+// request when one older request of the resource is always in flight: one
+// writer of one lease, each request a new sequence, each released after
+// the next one's admission (riding its script run, as the minute's linger
+// makes certain). Per admission: one script run, GET and SET of the mark,
+// ZRANGEBYLEX (the snapshot: the store knows a request of the resource is
+// in flight here, so it looks first), one ZADD (the entry and the older
+// one's flag), PTTL (the key's TTL, there already), and the release of the
+// older one: ZREM (it and its flag) and PUBLISH (its waiter may be on
+// another replica): 8.
+func TestContendedCommandBudget(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 300
+	s, _ := newStore(t, srv, redisstore.Options{ReleaseLinger: time.Minute})
+	ctx := t.Context()
+	admit := func(seq uint64) fencestore.Flight {
+		t.Helper()
+		d, err := s.Admit(ctx, fencestore.Admission{Resource: "hot", Token: 1, Sequence: seq, HasSequence: true,
+			Flight: 30 * time.Second})
+		if err != nil || !d.Admitted || (seq > 1 && !d.Flight.Older) {
+			t.Fatalf("admission %d: %+v, %v; want admitted, the one before in flight", seq, d, err)
+		}
+		return d.Flight
+	}
+	// The first two: the key made, the scripts known to the server.
+	first := admit(1)
+	prev := admit(2)
+	s.Release(first)
+	before := commandCounts(t, srv)
+	for seq := uint64(3); seq < 3+n; seq++ {
+		f := admit(seq)
+		s.Release(prev)
+		prev = f
+	}
+	after := commandCounts(t, srv)
+	delta := make(map[string]int64)
+	var calls int64
+	for name, c := range after {
+		if d := c - before[name]; d != 0 {
+			delta[name] = d
+			calls += d
+		}
+	}
+	t.Logf("%d admissions: %d commands (%.2f per admission): %v", n, calls, float64(calls)/n, delta)
+	if want := int64(8 * n); calls != want {
+		t.Errorf("%d commands for %d admissions (%.2f each), want 8 each", calls, n, float64(calls)/n)
+	}
+	if p := delta["publish"]; p != n {
+		t.Errorf("%d PUBLISH for %d releases of a request a later one found in flight", p, n)
+	}
+	s.Release(prev)
+}

@@ -89,10 +89,24 @@ local function flagAll(key, order, last)
   end
 end
 
+-- flagArgs appends to args ("0", flag) for each member of olders this run
+-- has not flagged yet, and notes them as flagged.
+local function flagArgs(args, olders)
+  for _, m in ipairs(olders) do
+    if not flaggedRun[m] then
+      local k = #args
+      args[k + 1], args[k + 2] = '0', WAITED .. m
+      flaggedRun[m] = true
+    end
+  end
+  return args
+end
+
 -- enter puts an entry for the admission (token, seq) into key, with its
 -- flight bound (bound, milliseconds in decimal) and id; it returns the
 -- member, the members ordered before it (its snapshot, at most SNAPSHOT of
--- them) and whether there were more, or an error text.
+-- them) and whether there were more, or an error text. With flag (a later
+-- admission of the run enters key too) the entry goes in flagged.
 --
 -- In the common case (nothing older in flight) the key is new: the last
 -- release deleted it, since Redis removes an empty sorted set. The entry
@@ -102,9 +116,15 @@ end
 -- was new, held nothing else, and the snapshot is empty without a look.
 -- A key that was there already is read: its entries ordered before this
 -- one (ZRANGEBYLEX), which are flagged as waited for (WAITED), and its TTL
--- (PTTL), renewed when below this flight's need. With flag (a later
--- admission of the run enters key too) the entry goes in flagged.
-local function enter(key, token, seq, bound, id, flag)
+-- (PTTL), renewed when below this flight's need.
+--
+-- With busy (the caller has requests of this resource in flight itself,
+-- so that older ones likely are) the look comes first instead: when it
+-- finds older entries, the entry and their flags go in with one ZADD, and
+-- PEXPIRE NX is not needed (a key that holds entries has its TTL), so a
+-- contended admission costs what it did before the common case lost its
+-- look. Either order decides alike: busy is a hint, never a premise.
+local function enter(key, token, seq, bound, id, flag, busy)
   local order = pad(token) .. ':'
   if seq == '' then
     order = order .. '--------------------'
@@ -112,51 +132,56 @@ local function enter(key, token, seq, bound, id, flag)
     order = order .. pad(seq)
   end
   local member = order .. ':' .. string.rep('0', 12 - #bound) .. bound .. ':' .. id
-  local _, err
-  if flag then
-    _, err = call('ZADD', key, '0', member, '0', WAITED .. member)
-  else
-    _, err = call('ZADD', key, '0', member)
-  end
-  if err then return nil, nil, nil, err end
   local flight = tonumber(bound)
   -- need: this run has not made sure of the key's TTL for this flight.
   local need = ensured[key] == nil or ensured[key] < flight
-  local set = 0
-  if need then
-    set, err = call('PEXPIRE', key, ttlFor(bound, flight), 'NX')
-  end
-  local olders, more = {}, false
-  if not err and set ~= 1 then
+  local olders, more, looked = {}, false, false
+  local _, err
+  if busy then
     olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', '0', LIMIT)
-    if not err and #olders > 0 then
-      if #olders > SNAPSHOT then
-        err = flagAll(key, order, olders[SNAPSHOT])
-        olders[SNAPSHOT + 1] = nil
-        more = true
-      end
-      local args = {}
-      for _, m in ipairs(olders) do
-        if not flaggedRun[m] then
-          local k = #args
-          args[k + 1], args[k + 2] = '0', WAITED .. m
+    if err then return nil, nil, nil, err end
+    looked = true
+  end
+  local entry = {'0', member}
+  if flag then
+    entry[3], entry[4] = '0', WAITED .. member
+  end
+  local set = 0
+  if #olders > 0 then
+    if #olders > SNAPSHOT then
+      err = flagAll(key, order, olders[SNAPSHOT])
+      if err then return nil, nil, nil, err end
+      olders[SNAPSHOT + 1] = nil
+      more = true
+    end
+    _, err = call('ZADD', key, unpack(flagArgs(entry, olders)))
+    if err then return nil, nil, nil, err end
+  else
+    _, err = call('ZADD', key, unpack(entry))
+    if err then return nil, nil, nil, err end
+    if need then
+      set, err = call('PEXPIRE', key, ttlFor(bound, flight), 'NX')
+    end
+    if not err and set ~= 1 and not looked then
+      olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', '0', LIMIT)
+      if not err and #olders > 0 then
+        if #olders > SNAPSHOT then
+          err = flagAll(key, order, olders[SNAPSHOT])
+          olders[SNAPSHOT + 1] = nil
+          more = true
         end
-      end
-      if not err and #args > 0 then
-        _, err = call('ZADD', key, unpack(args))
-      end
-      if not err then
-        for _, m in ipairs(olders) do
-          flaggedRun[m] = true
+        local args = flagArgs({}, olders)
+        if not err and #args > 0 then
+          _, err = call('ZADD', key, unpack(args))
         end
       end
     end
-    if not err and need then
-      local ttl
-      ttl, err = call('PTTL', key)
-      if not err and ttl < flight + GC then
-        _, err = call('PEXPIRE', key, ttlFor(bound, flight))
-      end
+  end
+  if not err and need and set ~= 1 then
+    local ttl
+    ttl, err = call('PTTL', key)
+    if not err and ttl < flight + GC then
+      _, err = call('PEXPIRE', key, ttlFor(bound, flight))
     end
   end
   if err then
