@@ -149,7 +149,8 @@ func commandCounts(t *testing.T, srv *redistest.Server) map[string]int64 {
 // in flight here, so it looks first), one ZADD (the entry and the older
 // one's flag), PTTL (the key's TTL, there already), and the release of the
 // older one: ZREM (it and its flag) and PUBLISH (its waiter may be on
-// another replica): 8.
+// another replica): 8 (9 before, the release looking before it announced;
+// 10 with the common case's order, PEXPIRE NX first, for this case).
 func TestContendedCommandBudget(t *testing.T) {
 	srv := redistest.Start(t)
 	const n = 300
@@ -184,11 +185,22 @@ func TestContendedCommandBudget(t *testing.T) {
 		}
 	}
 	t.Logf("%d admissions: %d commands (%.2f per admission): %v", n, calls, float64(calls)/n, delta)
-	if want := int64(8 * n); calls != want {
-		t.Errorf("%d commands for %d admissions (%.2f each), want 8 each", calls, n, float64(calls)/n)
+	// Each once per admission, and nothing else (no PEXPIRE, a second
+	// ZRANGEBYLEX or ZADD). ZREM may run more often: a subscription that
+	// comes back after a break (a health check that timed out on a busy
+	// machine) sends the latest releases again, which find nothing.
+	for _, name := range []string{"evalsha", "get", "set", "zrangebylex", "zadd", "pttl", "publish"} {
+		if c := delta[name]; c != n {
+			t.Errorf("%d %s for %d admissions, want one each", c, strings.ToUpper(name), n)
+		}
+		delete(delta, name)
 	}
-	if p := delta["publish"]; p != n {
-		t.Errorf("%d PUBLISH for %d releases of a request a later one found in flight", p, n)
+	if c := delta["zrem"]; c < n {
+		t.Errorf("%d ZREM for %d releases", c, n)
+	}
+	delete(delta, "zrem")
+	if len(delta) != 0 {
+		t.Errorf("other commands: %v", delta)
 	}
 	s.Release(prev)
 }
