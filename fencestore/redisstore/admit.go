@@ -40,16 +40,16 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 	// Without a barrier the script does not touch the in-flight key, but
 	// a Cluster still refuses keys of two slots (CROSSSLOT): the mark key
 	// again stands in for it.
-	fkey, fl := key, s.barrierArg(a)
+	fkey, fl := key, ""
 	var epoch uint64
-	if fl != "" {
+	if a.Flight > 0 {
 		k, sameSlot := flightKey(key)
 		if !sameSlot && s.sharded() {
 			// The script would touch keys of two slots: Cluster refuses
 			// it, and a Ring may send it where one of them is not.
 			return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, errNoFlightSlot))
 		}
-		fkey = k
+		fkey, fl = k, s.barrierArg(a, s.flights.busy(k))
 		// Announcements reach a waiter from the subscription that was up
 		// when its admission was sent (drain.go).
 		s.startListening()
@@ -233,7 +233,7 @@ func (s *Store) run(ctx context.Context, c call) (any, error) {
 	// Their senders own them and send them again if these fail: the
 	// errors are theirs to see.
 	a := &admission{call: c}
-	pipelineScripts(ctx, p, s.channel, []*admission{a}, rels, nil, make([]error, len(rels)))
+	pipelineScripts(ctx, p, s.channel, []*admission{a}, rels, nil, make([]error, len(rels)), scriptOpts{})
 	return a.reply, a.err
 }
 
@@ -254,70 +254,31 @@ func (s *Store) refreshSlots() {
 // that an equal token relied on, or a refusal reported, and another
 // connection wrote.
 func (s *Store) admitAndWait(ctx context.Context, c call) (any, *redis.IntCmd, error) {
-	keys, args := script([]*call{&c}, true)
-	key, fkey := c.keys[0], c.keys[1]
-	node, err := s.nodeFor(ctx, key)
+	node, err := s.nodeFor(ctx, c.keys[0])
 	if err != nil {
 		return nil, nil, err
 	}
-	var cmd *redis.Cmd
-	var wait *redis.IntCmd
-	// The releases of fkey still pending go first (run says why); on a
-	// single server inside the admission's run, with the others nobody
-	// sends yet.
+	// The releases of its in-flight key still pending go first (run says
+	// why); on a single server inside the admission's run, with the others
+	// nobody sends yet. Their senders own the rest, and send them again if
+	// these fail.
+	opt := scriptOpts{w: true}
 	var rels, owned []release
 	if s.rides() {
-		var all []release
-		all, owned = s.riders(fkey, c.fl != "")
-		if len(all) > 0 {
-			keys, args = withReleases(all, s.channel, keys, args)
-		}
+		opt.riders, owned = s.riders(c.keys[1], c.fl != "")
 	} else if c.fl != "" {
-		rels = s.pend.forKey(nil, fkey)
+		rels = s.pend.forKey(nil, c.keys[1])
 	}
-	relCmds := make([]*redis.Cmd, len(rels))
-	for _, eval := range []bool{false, true} {
-		pipe := node.Pipeline()
-		for i, r := range rels {
-			if eval {
-				relCmds[i] = releaseScript.Eval(ctx, pipe, []string{r.key}, r.member, s.channel)
-			} else {
-				relCmds[i] = releaseScript.EvalSha(ctx, pipe, []string{r.key}, r.member, s.channel)
-			}
-		}
-		if eval {
-			cmd = admitScript.Eval(ctx, pipe, keys, args...)
-		} else {
-			cmd = admitScript.EvalSha(ctx, pipe, keys, args...)
-		}
+	var wait *redis.IntCmd
+	opt.after = func(pipe redis.Pipeliner) {
 		// Pipeliner lacks Wait; this is the command Client.Wait builds.
 		wait = redis.NewIntCmd(ctx, "wait", s.minReplicas, s.waitTimeout.Milliseconds())
 		_ = pipe.Process(ctx, wait)
-		// Each command keeps its own error; Exec's is the first of them.
-		_, _ = pipe.Exec(ctx)
-		// NOSCRIPT means the script did not run, so running it again is
-		// safe. EVAL also caches it, so EVALSHA works next time.
-		if !eval && isNoScript(cmd.Err()) {
-			continue
-		}
-		break
 	}
-	reply, err := cmd.Result()
-	s.settleRiders(owned, err)
-	// A release that met NOSCRIPT did not run ahead of the admission: it
-	// runs now, and the admission looks again (recheck). Its sender owns it
-	// and sends it again if this fails.
-	var late map[string]bool
-	for i, rc := range relCmds {
-		if isNoScript(rc.Err()) {
-			_ = releaseScript.Run(ctx, node, []string{rels[i].key}, rels[i].member, s.channel).Err()
-			late = map[string]bool{fkey: true}
-		}
-	}
-	if err == nil && late != nil {
-		recheck(ctx, node, []*admission{{call: c, reply: reply}}, late)
-	}
-	return reply, wait, err
+	a := &admission{call: c}
+	pipelineScripts(ctx, node, s.channel, []*admission{a}, rels, nil, make([]error, len(rels)), opt)
+	s.settleRiders(owned, a.err)
+	return a.reply, wait, a.err
 }
 
 func isNoScript(err error) bool {

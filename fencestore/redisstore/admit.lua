@@ -1,4 +1,4 @@
--- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key, or the identity key and the generation key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>") and floor ("" for none, else a mark as stored, "t" or "t:s", then "@" and the generation it was seen at) of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there, and with the generation key the greatest generation the caller has seen there; returns {flag, mark, member, older, olders, regressed, generation} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected, or -3 with the generation the store holds when it is below the one the caller has seen (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0; 2 when more of them are than olders lists), olders those entries (the oldest 256 by order) (their members, separated by spaces; "" for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back, 2 when the floor was set aside because an operator changed marks after its generation (else 0), generation the store's generation after the run ("0" without the generation key); optionally the releases riding the run come before all that: KEYS[1..r] their in-flight keys, and ARGV[1] "r", ARGV[2] r, ARGV[3] the channel to announce on, ARGV[4..3+r] their members (as release.lua takes them), the keys and arguments above then following
+-- KEYS[1], KEYS[2] mark key and in-flight key of the first admission, the same pair for each further one, then optionally the identity key, or the identity key and the generation key; ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] token (canonical decimal uint64), mode ("ge" >=, "gt" >), sequence ("" for none, else a canonical decimal uint64), barrier ("" for none, else "<bound_ms> <id>", or "<bound_ms>+ <id>" when the caller has requests of the resource in flight itself) and floor ("" for none, else a mark as stored, "t" or "t:s", then "@" and the generation it was seen at) of the first admission, the same five for each further one, then optionally "w" to write an unchanged mark too, on admission and refusal alike (for WAIT), then, when the identity key is given, the identity expected there, and with the generation key the greatest generation the caller has seen there; returns {flag, mark, member, older, olders, regressed, generation} per admission, flattened: flag 1 admitted or 0 stale with the mark after the decision as stored ("token" or "token:sequence"), -1 with an error text (a corrupt mark, a key of another type), or -2 with the identity the identity key holds ("" for none) when it is not the one expected, or -3 with the generation the store holds when it is below the one the caller has seen (then for every admission, and nothing is written); member is the in-flight entry an admission with a barrier made ("" for none), older 1 when an entry ordered before it is in flight (else 0; 2 when more of them are than olders lists), olders those entries (the oldest 256 by order) (their members, separated by spaces; "" for none), regressed 1 when the stored mark was absent or below the floor, so that the decision was taken against the floor and the mark written back, 2 when the floor was set aside because an operator changed marks after its generation (else 0), generation the store's generation after the run ("0" without the generation key); optionally the releases riding the run come before all that: KEYS[1..r] their in-flight keys, and ARGV[1] "r", ARGV[2] r, ARGV[3] the channel to announce on, ARGV[4..3+r] their members (as release.lua takes them), the keys and arguments above then following
 --
 -- One call admits one key (the common case) or a batch of them (group commit:
 -- one script run for many admissions). Keys are processed in order, each
@@ -113,7 +113,7 @@ if nargs == 5 * n + 1 then
 end
 -- Every argument is checked before anything is written: a bad call writes
 -- nothing.
-local bounds, ids, floors = {}, {}, {}
+local bounds, ids, busy, floors = {}, {}, {}, {}
 for i = 1, n do
   local token, mode, seq, fl, floor = ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 2], ARGV[5 * i - 1], ARGV[5 * i]
   if type(token) ~= 'string' or not canonical(token) then
@@ -127,11 +127,14 @@ for i = 1, n do
   end
   if fl ~= '' then
     -- At most 12 digits: the member's bound field, and exact as a double.
-    local t, id = string.match(fl, '^([1-9][0-9]*) ([0-9A-Za-z]+)$')
+    -- A '+' after the bound: the caller has requests of the resource in
+    -- flight itself (flight.lua's enter looks first).
+    local t, b, id = string.match(fl, '^([1-9][0-9]*)(%+?) ([0-9A-Za-z]+)$')
     if t == nil or #t > 12 or #id > 64 then
-      return redis.error_reply('ERR fenceproxy: barrier is neither empty nor "<bound_ms> <id>"')
+      return redis.error_reply('ERR fenceproxy: barrier is neither empty nor "<bound_ms>[+] <id>"')
     end
-    bounds[i], ids[i] = t, id
+    bounds[i], ids[i], busy[i] = t, id, b == '+'
+
   end
   if type(floor) ~= 'string' then
     return redis.error_reply('ERR fenceproxy: floor is neither empty nor a mark')
@@ -146,6 +149,19 @@ for i = 1, n do
       return redis.error_reply('ERR fenceproxy: floor is neither empty nor a mark')
     end
     floors[i] = {ft, fs, fm, fg}
+  end
+end
+
+-- flagged[i]: a later admission of the run with a barrier enters the same
+-- in-flight key, so that it finds admission i's entry in flight (when it
+-- is ordered after it, as it is unless of an equal order): the entry is
+-- flagged as it goes in (flight.lua's enter), in the same command.
+local flagged, last = {}, {}
+for i = n, 1, -1 do
+  if bounds[i] then
+    local fkey = KEYS[2 * i]
+    flagged[i] = last[fkey] ~= nil
+    last[fkey] = i
   end
 end
 
@@ -269,7 +285,7 @@ for i = 1, n do
   -- fails as a whole and leaves the mark as it was.
   local member, olders, more = '', {}, false
   if flag == 1 and bounds[i] then
-    local m, ol, mo, ferr = enter(fkey, token, seq, bounds[i], ids[i])
+    local m, ol, mo, ferr = enter(fkey, token, seq, bounds[i], ids[i], flagged[i], busy[i])
     if ferr then
       flag, result, write = -1, ferr, nil
       key = fkey
@@ -284,7 +300,7 @@ for i = 1, n do
     if serr then
       flag, result = -1, serr
       if member ~= '' then
-        call('ZREM', fkey, member)
+        forget(fkey, member)
         member, olders, more = '', {}, false
       end
     else

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,8 +126,9 @@ func TestDrainDeadReplica(t *testing.T) {
 	b.Release(later)
 }
 
-// release.lua announces a release, naming its member, only when an entry
-// ordered after it is still in flight: nobody else can be waiting for it.
+// release.lua announces a release, naming its member, only when an
+// admission ordered after it found it in flight: nobody else can be
+// waiting for it.
 func TestScriptReleasePublishes(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
@@ -217,6 +219,16 @@ func TestScriptReleasePublishes(t *testing.T) {
 	}
 	if members, err := c.ZRange(ctx, fkey, 0, -1).Result(); err != nil || len(members) != 1 || !strings.HasSuffix(members[0], ":e") {
 		t.Errorf("left in flight: %q, %v; want (43, 0) alone", members, err)
+	}
+	// (43, no sequence) admitted after (43, 0), which did not find it in
+	// flight and so does not wait for it: its release is not announced,
+	// though an entry ordered after it is in flight.
+	m43f := enter("43", "", "f")
+	if n := rel(m43f); n != 1 {
+		t.Fatalf("release of %s removed %d", m43f, n)
+	}
+	if got := nextMessage(); got != "-" {
+		t.Errorf("release of 43 that (43, 0), admitted before it, never waited for published %q", got)
 	}
 }
 
@@ -315,5 +327,63 @@ func TestDrainStoreClosed(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("Drain still waiting after Close")
+	}
+}
+
+// Admissions of one script run on one resource: each finds the ones before
+// it in flight (those ordered before it), flags them as waited for, and the
+// key keeps a TTL for the longest flight entered, though only the run's
+// first admission on the key is told by PEXPIRE NX that the key is new.
+func TestScriptOneRunOneKey(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	const key, fkey = "res", "{res}:inflight"
+	keys := []string{key, fkey, key, fkey, key, fkey}
+	args := []any{
+		"41", "ge", "", "60000 a", "",
+		"42", "ge", "", "7200000 b", "",
+		"43", "ge", "", "60000 c", "",
+	}
+	r, err := c.Eval(ctx, redisstore.AdmitSource, keys, args...).Slice()
+	if err != nil || len(r) != 21 {
+		t.Fatalf("admit: %v, %v", r, err)
+	}
+	m41, m42, m43 := r[2].(string), r[9].(string), r[16].(string)
+	for i, want := range []struct {
+		older  int64
+		olders string
+	}{{0, ""}, {1, m41}, {1, m41 + " " + m42}} {
+		if r[7*i] != int64(1) || r[7*i+3] != want.older || r[7*i+4] != want.olders {
+			t.Errorf("admission %d: %v; want admitted, older %d, olders %q", i, r[7*i:7*i+7], want.older, want.olders)
+		}
+	}
+	flags, err := c.ZRangeByLex(ctx, fkey, &redis.ZRangeBy{Min: "[~", Max: "+"}).Result()
+	if err != nil || !slices.Equal(flags, []string{"~" + m41, "~" + m42}) {
+		t.Errorf("flags %q, %v; want 41's and 42's, which later admissions found in flight", flags, err)
+	}
+	const gc = 48 * time.Hour // flight.lua's GC
+	if ttl, err := c.PTTL(ctx, fkey).Result(); err != nil || ttl < 2*time.Hour+gc {
+		t.Errorf("PTTL %s = %v, %v; want at least the longest flight (2h) and GC", fkey, ttl, err)
+	}
+	// The flagged entries' releases are announced; 43's, unflagged, not.
+	ps := c.Subscribe(ctx, "ch")
+	defer ps.Close()
+	if _, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{m43, m42, m41} {
+		if n, err := c.Eval(ctx, redisstore.ReleaseSource, []string{fkey}, m, "ch").Int64(); err != nil || n != 1 {
+			t.Fatalf("release of %s: %d, %v", m, n, err)
+		}
+	}
+	for _, want := range []string{m42, m41} {
+		m, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if msg, ok := m.(*redis.Message); err != nil || !ok || msg.Payload != want {
+			t.Fatalf("announcement %v, %v; want %q", m, err, want)
+		}
+	}
+	if n, err := c.Exists(ctx, fkey).Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS %s = %d, %v; want it gone with its entries and their flags", fkey, n, err)
 	}
 }

@@ -355,7 +355,7 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) ([
 	case b.cluster != nil:
 		b.execNodes(ctx, live, rels, errs)
 	default:
-		cmds = pipelineScripts(ctx, b.client, b.channel, live, rels, cmds, errs)
+		cmds = pipelineScripts(ctx, b.client, b.channel, live, rels, cmds, errs, scriptOpts{})
 	}
 	if b.observe != nil {
 		// Failed as the etcd store reports it: the exchange gave no answer

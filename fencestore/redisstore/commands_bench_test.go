@@ -25,13 +25,18 @@ import (
 // It reports, from INFO commandstats read before and after (INFO itself left
 // out), the commands per admission: calls/op every command, those the
 // scripts run included; toplevel/op the script runs and looks a client sent;
-// per command name (<name>/op), and the server's CPU time per admission
-// (redis-µs/op: used_cpu_user + used_cpu_sys of INFO cpu). Reported, never
-// asserted (TestAdmissionCommandBudget asserts the counts):
+// per command name (<name>/op), the server's CPU time per admission
+// (redis-µs/op: used_cpu_user + used_cpu_sys of INFO cpu), the part of it
+// Redis counted in its script runs (script-µs/op: commandstats usec of
+// EVALSHA and EVAL, their commands included), and, in each drain=false
+// run, redis-on/off: redis-µs/op of the drain=true run just before it
+// (same writers, same server) over its own. Reported, never asserted
+// (TestAdmissionCommandBudget asserts the counts):
 //
 //	go test -run '^$' -bench AdmissionCommands -benchtime 2000x ./fencestore/redisstore/
 func BenchmarkAdmissionCommands(b *testing.B) {
 	srv := redistest.Start(b)
+	withDrain := make(map[int]float64) // redis-µs/op with the barrier, by writers
 	for _, writers := range []int{1, 32} {
 		for _, drain := range []bool{true, false} {
 			b.Run(fmt.Sprintf("writers=%d/drain=%v", writers, drain), func(b *testing.B) {
@@ -66,7 +71,7 @@ func BenchmarkAdmissionCommands(b *testing.B) {
 				}
 				next.Store(1000)
 				waitReleased(b, srv, prefix)
-				before := commandStats(b, srv)
+				before, scriptBefore := commandStats(b, srv), scriptUsec(b, srv)
 				cpuBefore := serverStats(b, srv).cpu
 				b.ResetTimer()
 				var wg sync.WaitGroup
@@ -90,10 +95,18 @@ func BenchmarkAdmissionCommands(b *testing.B) {
 					b.Fatal(err)
 				}
 				waitReleased(b, srv, prefix)
-				after := commandStats(b, srv)
+				after, scriptAfter := commandStats(b, srv), scriptUsec(b, srv)
 				cpuAfter := serverStats(b, srv).cpu
 				n := float64(b.N)
-				b.ReportMetric((cpuAfter-cpuBefore)*1e6/n, "redis-µs/op")
+				cpu := (cpuAfter - cpuBefore) * 1e6 / n
+				b.ReportMetric(cpu, "redis-µs/op")
+				b.ReportMetric((scriptAfter-scriptBefore)/n, "script-µs/op")
+				// The barrier's cost, against the run with it just before.
+				if drain {
+					withDrain[writers] = cpu
+				} else if on := withDrain[writers]; on > 0 && cpu > 0 {
+					b.ReportMetric(on/cpu, "redis-on/off")
+				}
 				var calls, top int64
 				for name, c := range after {
 					d := c - before[name]
@@ -164,4 +177,28 @@ func parseCommandStats(text string) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// scriptUsec returns the microseconds Redis counted in its script runs
+// (EVALSHA and EVAL in INFO commandstats: its own timing, the commands the
+// scripts ran included, the network not).
+func scriptUsec(b *testing.B, srv *redistest.Server) float64 {
+	b.Helper()
+	text, err := srv.Client(b).Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec float64
+	for _, line := range strings.Split(text, "\r\n") {
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		if _, u, ok := strings.Cut(rest, ",usec="); ok {
+			u, _, _ = strings.Cut(u, ",")
+			x, _ := strconv.ParseFloat(u, 64)
+			usec += x
+		}
+	}
+	return usec
 }

@@ -63,7 +63,19 @@
 // for, below its own order), and so on: it never passes an older entry.
 // Only there, beyond 256 older requests in flight on one resource, can an
 // unsequenced request of the waiter's own token admitted after it (which
-// is ordered before it) be among those read, and be waited for too.
+// is ordered before it) be among those read, and be waited for too (its
+// release is not announced: the waiter finds it gone by its looks).
+// An entry that an admission ordered after it found in flight gets a flag
+// in the same key, '~' then the entry's member ('~' sorts after every
+// digit, so no range of entries holds one): its release must be announced.
+// The admission flags every entry ordered before it, past the snapshot's
+// 256 too. In the common case, nothing older in flight, the key is new
+// (the last release deleted it): admit.lua enters the entry (ZADD) and
+// sets the key's TTL (PEXPIRE NX), whose answer, 1 for a key that had no
+// TTL, says the key is new, since every in-flight key gets its TTL in the
+// run that creates it; it reads nothing more (no ZRANGEBYLEX, no PTTL).
+// A key made without that TTL by hand (PERSIST) is taken for a new one by
+// the next admission, which then does not wait for the entries in it.
 // No resource name spells an in-flight key, and no two resources share one.
 //
 // No clock of Redis's decides the barrier (drain.go). A waiter gives up an
@@ -118,8 +130,10 @@
 // was lost: a master killed as it answered) may have made an entry, which a
 // promoted replica keeps: it is released the same way, by its order and id.
 //
-// Wake-ups are targeted. When the removed entry was ordered before another
-// still in the key, the release (flight.lua) publishes the removed member on
+// Wake-ups are targeted. When the removed entry had a flag (an admission
+// ordered after it found it in flight), the release (flight.lua), which
+// removes the entry and its flag with one ZREM whose count says whether
+// the flag was there, publishes the removed member on
 // the channel KeyPrefix+"inflight" (`fence:inflight`); the store's one subscription
 // (made on its first admission with a barrier) hands it to the Drains whose
 // snapshot holds it, and to no other: no Drain runs a command per release.

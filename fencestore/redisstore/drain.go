@@ -208,29 +208,10 @@ func (s *Store) lookAt(ctx context.Context, key string, remaining map[string]tim
 	return nil
 }
 
-// missing returns the members of members not in the sorted set key. Not
-// the client's ZMScore, which reads a missing member's nil as the score 0,
-// every entry's own score.
+// missing returns the members of members not in the sorted set key
+// (missingIn).
 func (s *Store) missing(ctx context.Context, key string, members []string) ([]string, error) {
-	args := make([]any, 0, 2+len(members))
-	args = append(args, "zmscore", key)
-	for _, m := range members {
-		args = append(args, m)
-	}
-	r, err := s.client.Do(ctx, args...).Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(r) != len(members) {
-		return nil, fmt.Errorf("ZMSCORE answered %d values for %d members", len(r), len(members))
-	}
-	var gone []string
-	for i, v := range r {
-		if v == nil {
-			gone = append(gone, members[i])
-		}
-	}
-	return gone, nil
+	return missingIn(ctx, s.client, key, members)
 }
 
 // giveUp removes an entry the waiter watched past its bound and

@@ -137,12 +137,17 @@ func flightMillis(a fencestore.Admission) int64 {
 }
 
 // barrierArg is admit.lua's barrier argument for a: "" without one, else
-// the bound in whole milliseconds (rounded up) and a new entry id.
-func (s *Store) barrierArg(a fencestore.Admission) string {
+// the bound in whole milliseconds (rounded up), '+' when busy (a request
+// of the same in-flight key is in flight here), and a new entry id.
+func (s *Store) barrierArg(a fencestore.Admission, busy bool) string {
 	if a.Flight <= 0 {
 		return ""
 	}
-	return strconv.FormatInt(flightMillis(a), 10) + " " + s.idPrefix + strconv.FormatUint(s.ids.Add(1), 16)
+	b := strconv.FormatInt(flightMillis(a), 10)
+	if busy {
+		b += "+"
+	}
+	return b + " " + s.idPrefix + strconv.FormatUint(s.ids.Add(1), 16)
 }
 
 // flight is what the store keeps of an admission it entered in flight,
@@ -181,19 +186,42 @@ type older struct {
 	bound  time.Duration
 }
 
-// flights are the store's registrations, by member.
+// flights are the store's registrations, by member, and how many there
+// are of each in-flight key.
 type flights struct {
-	mu sync.Mutex
-	m  map[string]*flight
+	mu   sync.Mutex
+	m    map[string]*flight
+	keys map[string]int
 }
 
 func (fs *flights) put(member string, f *flight) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.m == nil {
-		fs.m = make(map[string]*flight)
+		fs.m, fs.keys = make(map[string]*flight), make(map[string]int)
+	}
+	if old := fs.m[member]; old != nil {
+		fs.forget(old.key)
 	}
 	fs.m[member] = f
+	fs.keys[f.key]++
+}
+
+// forget counts one registration of key less.
+func (fs *flights) forget(key string) {
+	if fs.keys[key] <= 1 {
+		delete(fs.keys, key)
+	} else {
+		fs.keys[key]--
+	}
+}
+
+// busy reports whether a registration of key is in flight: an admission
+// entering key then likely finds older entries (admit.lua looks first).
+func (fs *flights) busy(key string) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.keys[key] > 0
 }
 
 // get returns a copy of member's registration, and whether there is one.
@@ -212,7 +240,10 @@ func (fs *flights) take(member string) *flight {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	f := fs.m[member]
-	delete(fs.m, member)
+	if f != nil {
+		delete(fs.m, member)
+		fs.forget(f.key)
+	}
 	return f
 }
 

@@ -30,71 +30,201 @@ local GCSET = GC + 86400000
 -- SNAPSHOT is the most entries an admission's snapshot lists (Go's
 -- snapshotCap): the oldest, by order. With more in flight before it, the
 -- reply says so (olders 2) and the waiter, once those are gone, looks for
--- the rest (drain.go).
+-- the rest (drain.go). LIMIT is the count one look asks for, as Redis
+-- takes it (a string: a number would be formatted on every call).
 local SNAPSHOT = 256
+local LIMIT = '257'
+
+-- WAITED begins an entry's flag: WAITED .. member, in the same key, says
+-- that an admission ordered after the entry found it in flight, so that
+-- its release must be announced. '~' sorts after every digit: no range
+-- of entries (each begins with its order's 20 digits) holds a flag, and
+-- only a release reads them (release, below).
+local WAITED = '~'
+
+-- ensured maps each in-flight key this script run entered to the longest
+-- flight whose TTL it made sure of: a later admission of the same run on
+-- that key, with a flight no longer, knows the key is there with its TTL
+-- (the admissions of a run only add entries, and the one that takes its
+-- entry out again forgets the key here).
+local ensured = {}
+
+-- flaggedRun holds the members this run flagged (or entered flagged): a
+-- later admission of the run that finds them flags only the others, and
+-- none at all when they all are (one command less per admission when
+-- many of one resource share a run).
+local flaggedRun = {}
+
+-- ttls maps each flight bound (milliseconds, as the argument gives it) of
+-- this run to the TTL a key entered with it is set to, flight + GCSET:
+-- formatted once per run, not per admission.
+local ttls = {}
+local function ttlFor(bound, flight)
+  local ttl = ttls[bound]
+  if ttl == nil then
+    ttl = string.format('%.0f', flight + GCSET)
+    ttls[bound] = ttl
+  end
+  return ttl
+end
+
+-- flagAll flags every entry of key ordered before order and after last,
+-- the last entry a snapshot lists (an admission with more entries before
+-- it than that): its waiter reads those later (drain.go), and their
+-- releases must be announced too.
+local function flagAll(key, order, last)
+  local _, err
+  while true do
+    local page
+    page, err = call('ZRANGEBYLEX', key, '(' .. last, '(' .. order, 'LIMIT', '0', LIMIT)
+    if err then return err end
+    if #page == 0 then return nil end
+    local args = {}
+    for i, m in ipairs(page) do
+      args[2 * i - 1], args[2 * i] = '0', WAITED .. m
+    end
+    _, err = call('ZADD', key, unpack(args))
+    if err then return err end
+    last = page[#page]
+  end
+end
+
+-- flagArgs appends to args ("0", flag) for each member of olders this run
+-- has not flagged yet, and notes them as flagged.
+local function flagArgs(args, olders)
+  for _, m in ipairs(olders) do
+    if not flaggedRun[m] then
+      local k = #args
+      args[k + 1], args[k + 2] = '0', WAITED .. m
+      flaggedRun[m] = true
+    end
+  end
+  return args
+end
 
 -- enter puts an entry for the admission (token, seq) into key, with its
 -- flight bound (bound, milliseconds in decimal) and id; it returns the
 -- member, the members ordered before it (its snapshot, at most SNAPSHOT of
--- them) and whether there were more, or an error text.
+-- them) and whether there were more, or an error text. With flag (a later
+-- admission of the run enters key too) the entry goes in flagged.
 --
 -- In the common case (nothing older in flight) the key is new: the last
--- release deleted it, since Redis removes an empty sorted set. Its TTL is
--- then set with PEXPIRE NX, which is all a new key needs; NX also leaves
--- alone a key that held entries of the admission's own order (which no
--- snapshot lists). Only a key that had a TTL already, that is one entered
--- before, is read (PTTL) and renewed when its TTL is below this flight's
--- need.
-local function enter(key, token, seq, bound, id)
+-- release deleted it, since Redis removes an empty sorted set. The entry
+-- goes in first (ZADD), then PEXPIRE NX sets the key's TTL, which all a
+-- new key needs, and answers 1 only for a key that had no TTL: every
+-- in-flight key gets one in the script run that creates it, so that key
+-- was new, held nothing else, and the snapshot is empty without a look.
+-- A key that was there already is read: its entries ordered before this
+-- one (ZRANGEBYLEX), which are flagged as waited for (WAITED), and its TTL
+-- (PTTL), renewed when below this flight's need.
+--
+-- With busy (the caller has requests of this resource in flight itself,
+-- so that older ones likely are) the look comes first instead: when it
+-- finds older entries, the entry and their flags go in with one ZADD, and
+-- PEXPIRE NX is not needed (a key that holds entries has its TTL), so a
+-- contended admission costs what it did before the common case lost its
+-- look. Either order decides alike: busy is a hint, never a premise.
+local function enter(key, token, seq, bound, id, flag, busy)
   local order = pad(token) .. ':'
   if seq == '' then
-    order = order .. string.rep('-', 20)
+    order = order .. '--------------------'
   else
     order = order .. pad(seq)
   end
   local member = order .. ':' .. string.rep('0', 12 - #bound) .. bound .. ':' .. id
-  local olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', 0, SNAPSHOT + 1)
-  if err then return nil, nil, nil, err end
-  local more = false
-  if #olders > SNAPSHOT then
-    olders[SNAPSHOT + 1] = nil
-    more = true
-  end
-  local _
-  _, err = call('ZADD', key, 0, member)
-  if err then return nil, nil, nil, err end
   local flight = tonumber(bound)
-  local set = 0
-  if #olders == 0 then
-    set, err = call('PEXPIRE', key, string.format('%.0f', flight + GCSET), 'NX')
+  -- need: this run has not made sure of the key's TTL for this flight.
+  local need = ensured[key] == nil or ensured[key] < flight
+  local olders, more, looked = {}, false, false
+  local _, err
+  if busy then
+    olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', '0', LIMIT)
+    if err then return nil, nil, nil, err end
+    looked = true
   end
-  if not err and set == 0 then
+  local entry = {'0', member}
+  if flag then
+    entry[3], entry[4] = '0', WAITED .. member
+  end
+  local set = 0
+  if #olders > 0 then
+    if #olders > SNAPSHOT then
+      err = flagAll(key, order, olders[SNAPSHOT])
+      if err then return nil, nil, nil, err end
+      olders[SNAPSHOT + 1] = nil
+      more = true
+    end
+    _, err = call('ZADD', key, unpack(flagArgs(entry, olders)))
+    if err then return nil, nil, nil, err end
+  else
+    _, err = call('ZADD', key, unpack(entry))
+    if err then return nil, nil, nil, err end
+    if need then
+      set, err = call('PEXPIRE', key, ttlFor(bound, flight), 'NX')
+    end
+    if not err and set ~= 1 and not looked then
+      olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', '0', LIMIT)
+      if not err and #olders > 0 then
+        if #olders > SNAPSHOT then
+          err = flagAll(key, order, olders[SNAPSHOT])
+          olders[SNAPSHOT + 1] = nil
+          more = true
+        end
+        local args = flagArgs({}, olders)
+        if not err and #args > 0 then
+          _, err = call('ZADD', key, unpack(args))
+        end
+      end
+    end
+  end
+  if not err and need and set ~= 1 then
     local ttl
     ttl, err = call('PTTL', key)
     if not err and ttl < flight + GC then
-      _, err = call('PEXPIRE', key, string.format('%.0f', flight + GCSET))
+      _, err = call('PEXPIRE', key, ttlFor(bound, flight))
     end
   end
   if err then
-    call('ZREM', key, member)
+    call('ZREM', key, member, WAITED .. member)
+    ensured[key] = nil
     return nil, nil, nil, err
+  end
+  if need then
+    ensured[key] = flight
+  end
+  if flag then
+    flaggedRun[member] = true
   end
   return member, olders, more
 end
 
+-- forget tells enter that member, entered in key by this run, was taken
+-- out again (its mark could not be written): the key may be gone.
+local function forget(key, member)
+  call('ZREM', key, member, WAITED .. member)
+  ensured[key] = nil
+end
+
 -- release removes member from key and returns 1, or 0 when it was not
--- there (released before, or removed as abandoned). A member that was
--- there, when its key still holds an entry ordered after it, is published
--- on channel (the member as the payload): only such an entry's request can
--- have been waiting for this one (equal orders never wait), and each
--- waiter that holds the member in its snapshot counts it as gone, with no
--- look of its own at the store. A member given as "order:*:id" (the
--- order's 41 bytes, then ":*:" and the id) is the entry of that order and
--- id whatever its bound: the release of an admission whose reply was lost.
--- A key of another type fails its own release only: every command goes
--- through call.
+-- there (released before, or removed as abandoned). A member that an
+-- admission ordered after it found in flight (its flag, WAITED .. member,
+-- is there) is published on channel (the member as the payload): only
+-- such an admission's request can be waiting for it (equal orders never
+-- wait), and each waiter that holds the member in its snapshot counts it
+-- as gone, with no look of its own at the store. The flag goes with its
+-- entry, in the same ZREM, whose count says which were there: 2 both, 1
+-- the entry alone (a flag is never there without its entry: it is set
+-- beside an entry in flight, and leaves with it). So a release that nobody
+-- waits for (the common case) costs one command, and publishes nothing: a
+-- message would reach every replica's subscription. A member given as
+-- "order:*:id" (the order's 41 bytes, then ":*:" and the id) is the entry
+-- of that order and id whatever its bound: the release of an admission
+-- whose reply was lost. A key of another type fails its own release
+-- only: every command goes through call.
 local function release(key, member, channel)
-  if string.sub(member, 42, 44) == ':*:' then
+  -- (Byte 43 is a digit of the bound in a member, '*' (42) in that form:
+  -- a byte, so that no string is made per release.)
+  if string.byte(member, 43) == 42 and string.sub(member, 42, 44) == ':*:' then
     -- "order:*:id": an admission whose reply was lost, so that its member
     -- is not known; it is the one of its order with that id.
     local order, suffix = string.sub(member, 1, 41), string.sub(member, 44)
@@ -107,17 +237,14 @@ local function release(key, member, channel)
       end
     end
   end
-  if #member < 41 or call('ZREM', key, member) ~= 1 then
+  if #member < 41 then
     return 0
   end
-  -- ';' follows ':' in bytes: every member of an equal order ("order:...")
-  -- sorts below "order;", every member of a later order above it. This
-  -- look is what keeps a release that nobody can wait for (the common
-  -- case: the key is empty now, and gone) from publishing: a message
-  -- would reach every replica's subscription.
-  local after = call('ZRANGEBYLEX', key, '[' .. string.sub(member, 1, 41) .. ';', '+', 'LIMIT', 0, 1)
-  if after and #after > 0 then
+  local n = call('ZREM', key, member, WAITED .. member)
+  if n == 2 then
     call('PUBLISH', channel, member)
+  elseif n ~= 1 then
+    return 0
   end
   return 1
 end

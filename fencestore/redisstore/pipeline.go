@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,9 +17,9 @@ import (
 // pipelineScripts pipelines one EVALSHA of release.lua per release of rels
 // (announcing on channel), then one of admit.lua per admission of live, on
 // p, sets each admission's reply, and each release's error in errs (aligned
-// with rels).
+// with rels). opt shapes the admissions' runs and what follows them.
 func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, live []*admission, rels []release,
-	cmds []*redis.Cmd, errs []error,
+	cmds []*redis.Cmd, errs []error, opt scriptOpts,
 ) []*redis.Cmd {
 	pipe := p.Pipeline()
 	var relCmds []*redis.Cmd
@@ -26,13 +27,18 @@ func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, liv
 		relCmds = append(relCmds, releaseScript.EvalSha(ctx, pipe, []string{r.key}, r.member, channel))
 	}
 	for _, a := range live {
-		keys, args := script([]*admission{a}, false)
+		keys, args := opt.run(a, channel)
 		cmds = append(cmds, admitScript.EvalSha(ctx, pipe, keys, args...))
+	}
+	if opt.after != nil && len(live) > 0 {
+		opt.after(pipe)
 	}
 	_, _ = pipe.Exec(ctx) // each command keeps its own error
 
 	// NOSCRIPT (a restarted or flushed server): the script did not run for
-	// those, so running them again with EVAL is safe, and caches it.
+	// those, so running them again with EVAL is safe, and caches it. A
+	// release that ran late, after the admissions it was meant to precede,
+	// leaves their snapshots to be looked at again (recheck).
 	var retry redis.Pipeliner
 	var late map[string]bool
 	for i, c := range relCmds {
@@ -47,14 +53,19 @@ func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, liv
 			late[rels[i].key] = true
 		}
 	}
+	again := false
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
 			if retry == nil {
 				retry = p.Pipeline()
 			}
-			keys, args := script(live[i:i+1], false)
+			keys, args := opt.run(live[i], channel)
 			cmds[i] = admitScript.Eval(ctx, retry, keys, args...)
+			again = true
 		}
+	}
+	if again && opt.after != nil {
+		opt.after(retry)
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
@@ -70,6 +81,26 @@ func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, liv
 	return cmds
 }
 
+// scriptOpts shapes the admissions' script runs of pipelineScripts: w adds
+// admit.lua's "w" (with WAIT), riders ride the first admission's run
+// (withReleases), and after, when set, adds commands behind the
+// admissions in each pipeline that carries some (WAIT, which counts the
+// replicas that have the writes of its own connection).
+type scriptOpts struct {
+	w      bool
+	riders []release
+	after  func(redis.Pipeliner)
+}
+
+// run is the keys and arguments of a's run of admit.lua.
+func (o scriptOpts) run(a *admission, channel string) ([]string, []any) {
+	keys, args := script([]*admission{a}, o.w)
+	if len(o.riders) > 0 {
+		keys, args = withReleases(o.riders, channel, keys, args)
+	}
+	return keys, args
+}
+
 // recheck narrows the snapshot of each admission of live that entered a
 // key of late to the entries still there: a release of that key meant to
 // run ahead of it ran after it (its EVALSHA met NOSCRIPT, and EVAL ran it
@@ -77,7 +108,7 @@ func pipelineScripts(ctx context.Context, p scriptPipeliner, channel string, liv
 // this keeps Older exact. A look that fails leaves the snapshot as it was:
 // a Drain that looks when it need not, never an admission that should have
 // waited.
-func recheck(ctx context.Context, p pipeliner, live []*admission, late map[string]bool) {
+func recheck(ctx context.Context, c doer, live []*admission, late map[string]bool) {
 	if len(late) == 0 {
 		return
 	}
@@ -91,25 +122,11 @@ func recheck(ctx context.Context, p pipeliner, live []*admission, late map[strin
 			continue
 		}
 		list := strings.Split(text, " ")
-		pipe := p.Pipeline()
-		args := []any{"zmscore", a.keys[1]}
-		for _, m := range list {
-			args = append(args, m)
-		}
-		cmd := pipe.Do(ctx, args...)
-		if _, err := pipe.Exec(ctx); err != nil {
+		gone, err := missingIn(ctx, c, a.keys[1], list)
+		if err != nil || len(gone) == 0 {
 			continue
 		}
-		scores, err := cmd.Slice()
-		if err != nil || len(scores) != len(list) {
-			continue
-		}
-		kept := make([]string, 0, len(list))
-		for i, v := range scores {
-			if v != nil {
-				kept = append(kept, list[i])
-			}
-		}
+		kept := slices.DeleteFunc(list, func(m string) bool { return slices.Contains(gone, m) })
 		r[4] = strings.Join(kept, " ")
 		if len(kept) == 0 {
 			r[3] = int64(0)
@@ -117,10 +134,41 @@ func recheck(ctx context.Context, p pipeliner, live []*admission, late map[strin
 	}
 }
 
-// scriptPipeliner runs scripts, alone or in pipelines.
+// doer sends one command (a client, a node's client).
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// missingIn returns the members of members not in the sorted set key, by
+// one ZMSCORE on c. Not the client's ZMScore, which reads a missing
+// member's nil as the score 0, every entry's own score.
+func missingIn(ctx context.Context, c doer, key string, members []string) ([]string, error) {
+	args := make([]any, 0, 2+len(members))
+	args = append(args, "zmscore", key)
+	for _, m := range members {
+		args = append(args, m)
+	}
+	r, err := c.Do(ctx, args...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(r) != len(members) {
+		return nil, fmt.Errorf("ZMSCORE answered %d values for %d members", len(r), len(members))
+	}
+	var gone []string
+	for i, v := range r {
+		if v == nil {
+			gone = append(gone, members[i])
+		}
+	}
+	return gone, nil
+}
+
+// scriptPipeliner runs scripts, alone or in pipelines, and commands.
 type scriptPipeliner interface {
 	pipeliner
 	redis.Scripter
+	doer
 }
 
 // execNodes admits live and releases rels on a cluster: it pipelines each
@@ -175,7 +223,7 @@ func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []relea
 	for node, g := range groups {
 		wg.Go(func() {
 			gerrs := make([]error, len(g.rels))
-			pipelineScripts(ctx, node, b.channel, g.live, g.rels, make([]*redis.Cmd, 0, len(g.live)), gerrs)
+			pipelineScripts(ctx, node, b.channel, g.live, g.rels, make([]*redis.Cmd, 0, len(g.live)), gerrs, scriptOpts{})
 			for j, err := range gerrs {
 				errs[g.at[j]] = err
 			}
