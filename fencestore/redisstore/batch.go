@@ -32,7 +32,7 @@ import (
 // an admission was queued runs before it is decided, whichever pipelines
 // they ride. Nobody waits for a release; one the store does not acknowledge
 // goes back to the pending set, due again after its backoff, until it is
-// acknowledged or moot (release.go).
+// acknowledged or its entry can hold nobody back (release.go).
 //
 // On a single server the releases ride the first admission run of the
 // pipeline (admit.lua runs them ahead of its admissions): one script run
@@ -301,11 +301,11 @@ admissions:
 	}
 }
 
-// releaseFailed logs a release given up: moot (its waiters gave it up
-// already). Debug level: the admissions of a store that fails fail too,
-// and say so louder.
+// releaseFailed logs a release given up: its entry can hold nobody back
+// any more (releaseUntil). Debug level: the admissions of a store that
+// fails fail too, and say so louder.
 func (b *batcher) releaseFailed(key string, err error) {
-	b.log.Debug("drain release not acknowledged before it was moot", zap.String("key", key), zap.Error(err))
+	b.log.Debug("drain release not acknowledged while its entry could hold anyone back", zap.String("key", key), zap.Error(err))
 }
 
 // exec sends one pipeline for batch and rels, answers each admission, and
