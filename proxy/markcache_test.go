@@ -157,13 +157,7 @@ func TestMarkCacheGeneration(t *testing.T) {
 // store's mark not raised back.
 func TestMarkCacheLateWriteAfterReset(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New()
-	id, err := s.Init(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Expect(id)
-	f := newFixtureWith(t, ordersRoutes, s, func(o *Options) { o.MarkCache = 100 })
+	s, f := cachingFixture(t)
 	p := f.proxy
 	if resp, _ := f.do("PUT", "/orders/9", "Fencing-Token", "615"); resp.StatusCode != 200 {
 		t.Fatalf("615: %d", resp.StatusCode)
@@ -192,6 +186,19 @@ func TestMarkCacheLateWriteAfterReset(t *testing.T) {
 	}
 }
 
+// cachingFixture is a proxy with a mark cache on a memory store whose
+// identity it expects, as a running replica's.
+func cachingFixture(t *testing.T) (*memstore.Store, *fixture) {
+	t.Helper()
+	s := memstore.New()
+	id, err := s.Init(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Expect(id)
+	return s, newFixtureWith(t, ordersRoutes, s, func(o *Options) { o.MarkCache = 100 })
+}
+
 // An operator's reset is authoritative over the remembered mark: after
 // 615 was admitted and the mark reset to 100, token 101 is admitted (the
 // store sets the floor of 615 aside, and the cache takes 101 in its
@@ -199,13 +206,7 @@ func TestMarkCacheLateWriteAfterReset(t *testing.T) {
 // heals (the first test).
 func TestMarkCacheRespectsOperatorReset(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New()
-	id, err := s.Init(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Expect(id)
-	f := newFixtureWith(t, ordersRoutes, s, func(o *Options) { o.MarkCache = 100 })
+	s, f := cachingFixture(t)
 	if resp, _ := f.do("PUT", "/orders/9", "Fencing-Token", "615"); resp.StatusCode != 200 {
 		t.Fatalf("615: %d", resp.StatusCode)
 	}

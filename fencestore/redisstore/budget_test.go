@@ -91,14 +91,7 @@ func TestAdmissionCommandBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 			after := commandCounts(t, srv)
-			delta := make(map[string]int64)
-			var calls int64
-			for name, c := range after {
-				if d := c - before[name]; d != 0 {
-					delta[name] = d
-					calls += d
-				}
-			}
+			delta, calls := commandDelta(before, after)
 			runs := delta["evalsha"] + delta["eval"]
 			// The last release's runs alone, with the barrier.
 			var last, lastRuns int64
@@ -125,6 +118,20 @@ func TestAdmissionCommandBudget(t *testing.T) {
 // commandCounts returns the calls of each command, INFO and a new
 // connection's handshake (HELLO, CLIENT SETINFO) left out: what the test
 // itself sends to read them.
+// commandDelta is what ran between two commandCounts: per command, and in
+// all.
+func commandDelta(before, after map[string]int64) (map[string]int64, int64) {
+	delta := make(map[string]int64)
+	var calls int64
+	for name, c := range after {
+		if d := c - before[name]; d != 0 {
+			delta[name] = d
+			calls += d
+		}
+	}
+	return delta, calls
+}
+
 func commandCounts(t *testing.T, srv *redistest.Server) map[string]int64 {
 	t.Helper()
 	text, err := srv.Client(t).Info(context.Background(), "commandstats").Result()
@@ -176,14 +183,7 @@ func TestContendedCommandBudget(t *testing.T) {
 		prev = f
 	}
 	after := commandCounts(t, srv)
-	delta := make(map[string]int64)
-	var calls int64
-	for name, c := range after {
-		if d := c - before[name]; d != 0 {
-			delta[name] = d
-			calls += d
-		}
-	}
+	delta, calls := commandDelta(before, after)
 	t.Logf("%d admissions: %d commands (%.2f per admission): %v", n, calls, float64(calls)/n, delta)
 	// Each once per admission, and nothing else (no PEXPIRE, a second
 	// ZRANGEBYLEX or ZADD). ZREM may run more often: a subscription that
