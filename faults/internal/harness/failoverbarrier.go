@@ -47,9 +47,14 @@ func failoverBarrier(ctx context.Context, e *env) error {
 		}
 	}
 	e.logf("SIGKILL master %s pid %d; sentinels named %s after %v", old.Addr(), pid, next, dur(e.promoted-start))
-	// Wait until every resource admitted again, for at most the upstream
-	// deadline and a few seconds: past that the figure says enough.
-	limit := time.Now().Add(failoverBarrierUpTime + 5*time.Second)
+	// Wait until every resource admitted again, for at most twice the
+	// upstream deadline and a few seconds: an entry whose release was lost
+	// holds its resource for its deadline (and fencestore.AbandonMargin)
+	// from a waiter's first sighting, and one the waiters first see only
+	// when that one is given up holds it as long again (with the "noretry"
+	// control: mostly 11.8 s, once 21.8 s). Past that the figure says
+	// enough.
+	limit := time.Now().Add(2*failoverBarrierUpTime + 5*time.Second)
 	for time.Now().Before(limit) && ctx.Err() == nil {
 		if _, missing := e.resume(e.ld.history()); missing == 0 {
 			break
