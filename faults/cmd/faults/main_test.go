@@ -152,6 +152,9 @@ func TestBrokenSystemsFail(t *testing.T) {
 			if f["verdict"] != "FAIL" {
 				t.Errorf("verdict=%s, want FAIL", f["verdict"])
 			}
+			if t.Failed() {
+				t.Logf("output:\n%s\nprogress:\n%s", out.String(), log.String())
+			}
 		})
 	}
 }
