@@ -47,21 +47,22 @@ func failoverBarrier(ctx context.Context, e *env) error {
 		}
 	}
 	e.logf("SIGKILL master %s pid %d; sentinels named %s after %v", old.Addr(), pid, next, dur(e.promoted-start))
-	// Wait until every resource admitted again, for at most twice the
-	// upstream deadline and a few seconds: an entry whose release was lost
-	// holds its resource for its deadline (and fencestore.AbandonMargin)
-	// from a waiter's first sighting, and one the waiters first see only
-	// when that one is given up holds it as long again (with the "noretry"
-	// control: mostly 11.8 s, once 21.8 s). Past that the figure says
-	// enough.
-	limit := time.Now().Add(2*failoverBarrierUpTime + 5*time.Second)
+	// The fault is the failover, over at the promotion: what follows is
+	// judged by resume_s. Ended after the wait below, a run whose
+	// resources resumed late would be judged again by what its load
+	// admitted in the moments after the last one resumed (with "noretry",
+	// sometimes nothing: every worker waiting behind an entry first seen
+	// late), and end ERROR for the failure resume_s reports.
+	e.fault(start, -1)
+	// Wait until every resource admitted again, for at most the upstream
+	// deadline and a few seconds: past that the figure says enough.
+	limit := time.Now().Add(failoverBarrierUpTime + 5*time.Second)
 	for time.Now().Before(limit) && ctx.Err() == nil {
 		if _, missing := e.resume(e.ld.history()); missing == 0 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	e.fault(start, -1)
 	return e.sleep(ctx, e.p.cooldown)
 }
 
