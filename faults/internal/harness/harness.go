@@ -208,6 +208,9 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		t0 := time.Now()
 		if bin, err = build(ctx, root, tags...); err != nil {
 			_ = os.RemoveAll(root)
+			if len(tags) > 0 {
+				return nil, fmt.Errorf("-break %s builds its own binary, from inside the repository: %w", opts.Break, err)
+			}
 			return nil, err
 		}
 		fmt.Fprintf(opts.Log, "faults: built %s in %v\n", bin, time.Since(t0).Round(time.Millisecond))
