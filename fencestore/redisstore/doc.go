@@ -258,4 +258,10 @@
 // type too. Beside what admissions need, an operator's ACL user needs SCAN,
 // DEL, EVAL and EVALSHA; `serve` needs SCAN too, to tell a new store from
 // one kept by an older version when it finds no identity record (HasMarks).
+//
+// A build with the tag faultsbreak, the fault suite's only, can be told by
+// its environment to wake every waiter on every release or to send each
+// release once (break.go): the controls that show the suite's herd and
+// failover-barrier scenarios fail without the targeted wake-up and the
+// retried releases. Every other build has no such branch.
 package redisstore

@@ -115,6 +115,12 @@ func (s *Store) abandon(a fencestore.Admission, fkey, fl string, until time.Time
 // no more than the set's size of releases can, and no goroutine piles up
 // per release.
 func (s *Store) release(r release, until time.Time, urgent bool) {
+	if breakNoRetry {
+		// The fault suite's control (break.go): one attempt, and, since
+		// only releases with a bound are remembered once acknowledged
+		// (pendingReleases.acked), none sent again after a break.
+		until = time.Time{}
+	}
 	if old, dropped := s.pend.add(r, until); dropped {
 		s.releaseDropped(old)
 	}
@@ -250,6 +256,12 @@ func (s *Store) settleRiders(owned []release, err error) {
 	}
 	if err == nil {
 		s.pend.ackedEach(owned)
+		return
+	}
+	if breakNoRetry {
+		// The fault suite's control (break.go): the admission's run was
+		// their one attempt.
+		s.pend.done(owned)
 		return
 	}
 	for _, u := range s.pend.unsend(owned) {

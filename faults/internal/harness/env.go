@@ -361,18 +361,23 @@ func (e *env) setup() error {
 
 // proxyEnv is the environment every replica gets: the store timeout, the
 // upstream deadline and the drain barrier (on unless the scenario measures
-// it off, or the "nodrain" control breaks it).
+// it off, or the "nodrain" control breaks it); under a control that breaks
+// the proxy itself (testBreaks), the variable that names it.
 func (e *env) proxyEnv() map[string]string {
 	up := e.upstreamTimeout()
 	drain := "on"
 	if e.drainOff() {
 		drain = "off"
 	}
-	return map[string]string{
+	env := map[string]string{
 		"FENCE_STORE_TIMEOUT":    e.p.storeTimeout.String(),
 		"FENCE_UPSTREAM_TIMEOUT": up.String(),
 		"FENCE_DRAIN":            drain,
 	}
+	if testBreaks[e.opts.Break] {
+		env[testBreakVar] = e.opts.Break
+	}
+	return env
 }
 
 // upstreamTimeout is the proxies' FENCE_UPSTREAM_TIMEOUT.

@@ -37,13 +37,12 @@ type Options struct {
 	//   - "nopersist": Redis without AOF, killed, and every replica
 	//     restarted with it: the loss no replica can notice.
 	//   - "nodrain": the proxies run with FENCE_DRAIN=off while the order
-	//     figures stay fatal. On herd it shows that the herd's order
-	//     figures catch writers that pass the held one; it does not touch
-	//     the herd's cost figure (herd_ratio: store commands per decided
-	//     request, 100 writers against one), which only a proxy with a
-	//     broadcast wake-up would raise, and the binary has no setting
-	//     for that (judgeHerd's own judgment is tested on figures:
-	//     TestJudgeHerd).
+	//     figures stay fatal.
+	//   - "broadcast": the proxies built with the build tag faultsbreak and
+	//     run with FENCEPROXY_FAULTS_BREAK=broadcast (testBreaks): every
+	//     release wakes every waiter of the store, and each asks the store
+	//     what is left (fencestore/redisstore/break.go). On herd it breaks
+	//     the targeted wake-up itself: herd_ratio rises past its limit.
 	//   - "noraise": in the store-loss scenarios the operator forces the
 	//     identity record without raising the marks first.
 	//   - "etcdwipe": in etcd-leader-kill a follower frozen while the
@@ -55,15 +54,12 @@ type Options struct {
 	//     older one is still being processed, as a proxy that released on
 	//     its client's leaving, or timed deadlines by a clock that stepped,
 	//     would. It emulates those failures; it does not run them.
-	//   - "norelease": failover-barrier with replica 1 frozen from the
-	//     master's kill until every resource admitted again (or 15 s), so
-	//     that the releases it owes never come. It shows that resume_s and
-	//     resources_not_resumed catch resources held by entries whose
-	//     releases never come. It cannot tell a proxy that retries its
-	//     releases from one that does not (a frozen replica sends nothing
-	//     either way, and a correct system fails it too): that needs a
-	//     proxy with release retries off, which the binary has no setting
-	//     for. The retries themselves are shown by the real run passing.
+	//   - "noretry": the proxies built with the build tag faultsbreak and
+	//     run with FENCEPROXY_FAULTS_BREAK=noretry: a release the store does
+	//     not acknowledge is dropped, and none is sent again when the
+	//     subscription comes back. On failover-barrier it breaks the
+	//     retries and re-sends themselves: the entries whose releases the
+	//     failover lost hold their resources past resume_s's target.
 	//   - "nogeneration": redis-restore with the restored copy's generation
 	//     raised above any a replica has seen, so that the generation check
 	//     has nothing to refuse (as without it), and no recovery: the stale
@@ -82,7 +78,18 @@ type Options struct {
 }
 
 // Breaks lists the valid Options.Break values.
-var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "noraise", "etcdwipe", "shortdeadline", "norelease", "nogeneration"}
+var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "broadcast", "noraise", "etcdwipe", "shortdeadline", "noretry", "nogeneration"}
+
+// testBreaks are the controls that break the proxy itself: no setting of
+// the shipped binary turns off what they break, so they run a binary built
+// with the build tag faultsbreak (testBreakTag), which reads
+// testBreakVar. Every scenario of such a run uses it.
+var testBreaks = map[string]bool{"broadcast": true, "noretry": true}
+
+const (
+	testBreakTag = "faultsbreak"
+	testBreakVar = "FENCEPROXY_FAULTS_BREAK"
+)
 
 // Result is one scenario's outcome.
 type Result struct {
@@ -188,10 +195,22 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return nil, err
 	}
 	bin := opts.Bin
+	if testBreaks[opts.Break] && bin != "" {
+		// -bin is a real binary; this control needs the broken one.
+		fmt.Fprintf(opts.Log, "faults: -break %s builds its own binary (build tag %s); -bin %s is not used\n", opts.Break, testBreakTag, bin)
+		bin = ""
+	}
 	if bin == "" {
+		var tags []string
+		if testBreaks[opts.Break] {
+			tags = append(tags, testBreakTag)
+		}
 		t0 := time.Now()
-		if bin, err = build(ctx, root); err != nil {
+		if bin, err = build(ctx, root, tags...); err != nil {
 			_ = os.RemoveAll(root)
+			if len(tags) > 0 {
+				return nil, fmt.Errorf("-break %s builds its own binary, from inside the repository: %w", opts.Break, err)
+			}
 			return nil, err
 		}
 		fmt.Fprintf(opts.Log, "faults: built %s in %v\n", bin, time.Since(t0).Round(time.Millisecond))
@@ -280,14 +299,19 @@ func contains(list []string, s string) bool {
 }
 
 // build compiles ./cmd/fenceproxy of the enclosing repository into dir, as
-// `make build` does (static, trimmed paths).
-func build(ctx context.Context, dir string) (string, error) {
+// `make build` does (static, trimmed paths), with the build tags given.
+func build(ctx context.Context, dir string, tags ...string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "fenceproxy")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/fenceproxy")
+	args := []string{"build", "-trimpath"}
+	if len(tags) > 0 {
+		out += "-" + strings.Join(tags, "-")
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "-o", out, "./cmd/fenceproxy")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

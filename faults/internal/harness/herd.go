@@ -29,10 +29,9 @@ import (
 // again, makes it grow with the writers; a wake of only the waiters a
 // release may unblock keeps it flat. The scenario fails when the 100
 // writers' figure is above herdRatio times the one writer's (on the proxy
-// before the targeted wake-up it was about 12 times, docs/faults.md). No
-// -break control raises that figure: it would take a proxy with a
-// broadcast wake-up, which the binary has no setting for; "nodrain" checks
-// only the herd's order figures.
+// before the targeted wake-up it was about 12 times, docs/faults.md). Its
+// control, "broadcast", runs proxies whose every release wakes every
+// waiter, each of which asks the store again (harness.go).
 
 const (
 	herdWork  = 2 * time.Millisecond
