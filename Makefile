@@ -28,6 +28,8 @@ test: redis-server etcd vet ## every test, with the race detector; tests start t
 	$(GO) test -race -count=1 ./...
 	@# allocation counts are only meaningful without -race (sync.Pool drops items under it)
 	$(GO) test -count=1 -run 'Alloc' ./proxy ./internal/upstream
+	@# the fault suite's controls, compiled in only under this tag
+	$(GO) test -race -count=1 -tags faultsbreak -run 'Break' ./fencestore/redisstore
 	$(MAKE) test-deploy
 
 test-deploy: ## render and strictly validate every manifest, check the Dockerfile, build as the image does (own module)
