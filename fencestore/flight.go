@@ -2,7 +2,6 @@ package fencestore
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,7 +113,7 @@ type LocalFlights struct {
 	// check that a release wakes only the waiters whose snapshot holds it.
 	wakes atomic.Uint64
 	// watched times the entries waited for from their first sighting.
-	watched Watched
+	watched Watched[uint64]
 }
 
 type localFlight struct {
@@ -206,7 +205,7 @@ func (l *LocalFlights) Drain(ctx context.Context, f Flight) (bool, error) {
 			continue
 		default:
 		}
-		t := time.NewTimer(time.Until(l.watched.AbandonAt(strconv.FormatUint(o.id, 10), e.seen, o.bound)))
+		t := time.NewTimer(time.Until(l.watched.AbandonAt(o.id, e.seen, o.bound)))
 		select {
 		case <-o.gone:
 			l.wakes.Add(1)
@@ -248,7 +247,7 @@ func (l *LocalFlights) remove(e *localFlight) {
 	default:
 	}
 	close(e.gone)
-	l.watched.Forget(strconv.FormatUint(e.id, 10))
+	l.watched.Forget(e.id)
 	set := l.res[e.key]
 	delete(set, e.id)
 	if len(set) == 0 {

@@ -18,10 +18,12 @@ import (
 // That is sound because an entry listed in a snapshot was in flight when
 // that admission was decided: its owner's own admission, and so the start
 // of its bound, came before the reply that first showed it here. Each
-// store keeps one Watched for all its waiters; the zero value is ready.
-type Watched struct {
+// store keeps one Watched for all its waiters, keyed by what names an
+// entry uniquely in it (a member, a registration number); the zero value
+// is ready.
+type Watched[K comparable] struct {
 	mu    sync.Mutex
-	m     map[string]watchedEntry
+	m     map[K]watchedEntry
 	swept time.Time
 }
 
@@ -45,11 +47,11 @@ const watchedSweep = time.Second
 // this process abandons the entry: bound plus AbandonMargin after the
 // first sighting of it here. seen must carry a monotonic reading (a
 // time.Now of this process, never stripped).
-func (w *Watched) AbandonAt(id string, seen time.Time, bound time.Duration) time.Time {
+func (w *Watched[K]) AbandonAt(id K, seen time.Time, bound time.Duration) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
-		w.m = make(map[string]watchedEntry)
+		w.m = make(map[K]watchedEntry)
 	}
 	e, ok := w.m[id]
 	if !ok || seen.Before(e.since) {
@@ -62,14 +64,14 @@ func (w *Watched) AbandonAt(id string, seen time.Time, bound time.Duration) time
 }
 
 // Forget drops id: its entry is gone (released, or found absent).
-func (w *Watched) Forget(id string) {
+func (w *Watched[K]) Forget(id K) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.m, id)
 }
 
 // size is how many entries the table holds (tests).
-func (w *Watched) size() int {
+func (w *Watched[K]) size() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.m)
@@ -77,7 +79,7 @@ func (w *Watched) size() int {
 
 // sweep drops the entries abandoned longer than watchedKeep ago, at most
 // once per watchedSweep. w.mu is held.
-func (w *Watched) sweep(now time.Time) {
+func (w *Watched[K]) sweep(now time.Time) {
 	if now.Sub(w.swept) < watchedSweep {
 		return
 	}

@@ -10,7 +10,7 @@ import (
 // came first, its Drain later) moves it back; a forgotten entry is timed
 // anew; the table drops what was abandoned long ago.
 func TestWatched(t *testing.T) {
-	var w Watched
+	var w Watched[string]
 	t0 := time.Now()
 	const bound = 2 * time.Second
 	for _, tc := range []struct {

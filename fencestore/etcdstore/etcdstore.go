@@ -65,7 +65,7 @@ type Store struct {
 	flights barrier
 	// watched is when this process first saw each record its Drains wait
 	// for (fencestore.Watched).
-	watched fencestore.Watched
+	watched fencestore.Watched[string]
 
 	// batch groups concurrent admissions, and the releases, into shared
 	// transactions (batch.go).

@@ -87,6 +87,9 @@ func (s *Store) Drain(ctx context.Context, f fencestore.Flight) (bool, error) {
 	return expired, nil
 }
 
+// entryID names an in-flight entry in the store: its key and its member.
+type entryID struct{ key, member string }
+
 // drainSnapshot waits until every entry of olders, part of fl's snapshot,
 // is gone.
 func (s *Store) drainSnapshot(ctx context.Context, fl flight, olders []older) (bool, error) {
@@ -94,12 +97,12 @@ func (s *Store) drainSnapshot(ctx context.Context, fl flight, olders []older) (b
 	abandonAt := make(map[string]time.Time, len(olders))
 	for _, o := range olders {
 		remaining[o.member] = o.bound
-		abandonAt[o.member] = s.watched.AbandonAt(fl.key+" "+o.member, fl.admitted, o.bound)
+		abandonAt[o.member] = s.watched.AbandonAt(entryID{fl.key, o.member}, fl.admitted, o.bound)
 	}
 	// forget ends this process's watch of the members found gone.
 	forget := func(gone []string) {
 		for _, m := range gone {
-			s.watched.Forget(fl.key + " " + m)
+			s.watched.Forget(entryID{fl.key, m})
 		}
 	}
 	w := &waiter{kick: make(chan struct{}, 1)}

@@ -90,7 +90,7 @@ type Store struct {
 	ids       atomic.Uint64
 	drainPoll time.Duration
 	flights   flights
-	watched   fencestore.Watched // when this process first saw each entry its Drains wait for
+	watched   fencestore.Watched[entryID] // when this process first saw each entry its Drains wait for
 	// linger is Options.ReleaseLinger, for releases sent without batching.
 	linger time.Duration
 	// wmu guards the subscriber's side: watchers (the Drains waiting for
