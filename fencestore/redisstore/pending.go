@@ -216,16 +216,24 @@ func (p *pendingReleases) trimRecent(now time.Time) {
 }
 
 // recentReleases returns the releases acknowledged in the last recentFor
-// that are not given up yet.
+// that are not given up yet, to be sent again: newest first, and only as
+// many as the set has room for beside what it owes.
 func (p *pendingReleases) recentReleases() []ackedRelease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.trimRecent(now)
+	// Newest first, and no more than the set has room for: a release sent
+	// again must never push out one still owed (add drops the oldest when
+	// the set is full), and a promoted replica that missed some misses the
+	// newest, which replication had least time to carry.
+	room := max(p.max, 1) - len(p.m)
 	var out []ackedRelease
-	for _, r := range p.recent {
-		if now.Before(r.until) {
-			out = append(out, r)
+	for i := len(p.recent) - 1; i >= 0 && len(out) < room; i-- {
+		if r := p.recent[i]; now.Before(r.until) {
+			if _, owed := p.m[r.release]; !owed {
+				out = append(out, r)
+			}
 		}
 	}
 	return out

@@ -45,3 +45,54 @@ func TestPendingDropsOldest(t *testing.T) {
 		t.Fatalf("add(c) again dropped %v", old)
 	}
 }
+
+// After a break, the releases acknowledged lately are sent again, but never
+// at the cost of one still owed: only as many as the set has room for, the
+// newest first (a promoted replica misses the newest), and none that is
+// owed already.
+func TestRecentReleasesFitBesideOwed(t *testing.T) {
+	var p pendingReleases
+	p.max = 4
+	until := time.Now().Add(time.Hour)
+	var acked []release
+	for i := range 10 {
+		r := release{"k", string(rune('a' + i))}
+		p.add(r, until)
+		acked = append(acked, r)
+	}
+	// Everything that fit (the last four added, g to j) was acknowledged,
+	// one after the other; then two are owed again.
+	for _, r := range acked[6:] {
+		p.ackedEach([]release{r})
+	}
+	owed := []release{{"k", "x"}, acked[len(acked)-1]}
+	for _, r := range owed {
+		p.add(r, until)
+	}
+	got := p.recentReleases()
+	if len(got) != 2 {
+		t.Fatalf("%d releases to send again beside 2 owed in a set of 4: %v", len(got), got)
+	}
+	for _, r := range got {
+		for _, o := range owed {
+			if r.release == o {
+				t.Fatalf("%v is owed already, and sent again", o)
+			}
+		}
+	}
+	// j is owed again: i, then h.
+	if got[0].release != acked[8] || got[1].release != acked[7] {
+		t.Fatalf("sent again %v, %v; want the newest not owed, %v then %v", got[0].release, got[1].release, acked[8], acked[7])
+	}
+	// Sending them drops nothing owed.
+	for _, r := range got {
+		if old, dropped := p.add(r.release, r.until); dropped {
+			t.Fatalf("sending %v again dropped %v", r.release, old)
+		}
+	}
+	for _, o := range owed {
+		if !p.sending(o) {
+			t.Fatalf("%v, owed, left the set", o)
+		}
+	}
+}

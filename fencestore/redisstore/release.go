@@ -281,7 +281,8 @@ func (s *Store) settleRiders(owned []release, err error) {
 }
 
 // resendRecent sends again the releases acknowledged in the last recentFor
-// that are not given up: the store came back after a break, maybe on a
+// that are not given up (the newest, as many as the pending set has room
+// for: recentReleases): the store came back after a break, maybe on a
 // replica promoted without them.
 func (s *Store) resendRecent() {
 	for _, r := range s.pend.recentReleases() {

@@ -92,6 +92,11 @@ func restoreScenario(lose func(ctx context.Context, e *env) error) func(ctx cont
 			if err := lose(ctx, e); err != nil {
 				return err
 			}
+			// The store is back in time from here: the loss's figures
+			// (window_ms, what was admitted while it was lost) count from
+			// now, not from after the probe below, which may retry for
+			// seconds.
+			e.loss.lost = e.now()
 			// What the older store holds, before the probe and the load's
 			// requests meet it (warm replicas write marks back from their
 			// caches): erased_marks.
@@ -108,7 +113,7 @@ func restoreScenario(lose func(ctx context.Context, e *env) error) func(ctx cont
 			return e.loseStore(ctx, goBack)
 		}
 		if e.sc.name != "redis-restore" {
-			return fmt.Errorf("the nogeneration control runs on redis-restore and bolt-restore, not %s", e.sc.name)
+			return fmt.Errorf("the nogeneration control runs on redis-restore here (bolt-restore has its own), not %s", e.sc.name)
 		}
 		if err := e.sleep(ctx, e.p.warmup); err != nil {
 			return err

@@ -103,7 +103,9 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 	if err := lose(); err != nil {
 		return err
 	}
-	sl.lost = e.now()
+	if sl.lost == 0 { // a restore set it when the store went back (restore.go)
+		sl.lost = e.now()
+	}
 	if e.rd != nil && sl.erased == nil { // a restore took it already (restore.go)
 		reads, err := e.storeSnapshot()
 		if err != nil {
