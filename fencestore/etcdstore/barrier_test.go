@@ -114,12 +114,29 @@ func TestReleaseRetriedPastBound(t *testing.T) {
 	owner, waiter := newStore(), newStore()
 	const bound = 2 * time.Second
 	older := mustAdmit(t, owner, fencestore.Admission{Resource: "r", Token: 41, Flight: bound}).Flight
+	cl := c.Client(t)
+	if r, err := cl.Get(ctxT(t), older.Key); err != nil || r.Count != 1 {
+		t.Fatalf("41's in-flight record %q: %v, %v", older.Key, r, err)
+	}
 	c.Members[0].Kill()
 	owner.Release(older)
 	// Down past the bound and the margin: what the release was retried
 	// for at most before.
 	time.Sleep(bound + fencestore.AbandonMargin + time.Second)
 	c.Members[0].Restart(t)
+	// The owner's release, retried with its backoff, deletes the record
+	// once etcd is back: waited for here rather than raced against the
+	// waiter's watch below (given up past its bound, as before, it never
+	// would be: the record's lease lasts two days).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r, err := cl.Get(ctxT(t), older.Key)
+		if err == nil && r.Count == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("41's in-flight record %q still there 30 s after etcd came back (%v): its release was given up", older.Key, err)
+		}
+	}
 	newer := mustAdmit(t, waiter, fencestore.Admission{Resource: "r", Token: 42, Flight: time.Minute}).Flight
 	defer waiter.Release(newer)
 	expired, err := waiter.Drain(ctxT(t), newer)
