@@ -75,7 +75,9 @@ func (p *Proxy) forwardAdmitted(w http.ResponseWriter, r *http.Request, v *verdi
 		ctx = d
 		defer d.done()
 	} else {
-		c, cancel := context.WithDeadline(context.WithoutCancel(client), deadline)
+		// Of Background, not of the client: the exchange below answers
+		// with the client's values itself, so they are looked up once.
+		c, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		ctx = c
 	}

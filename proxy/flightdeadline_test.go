@@ -135,4 +135,10 @@ func TestExchangeKeepsClientValues(t *testing.T) {
 	if child.Err() != nil {
 		t.Fatal("a child of the exchange ended with the client")
 	}
+	// Attached, the shared deadline's end reaches the child at once (a
+	// child attached to anything else would learn it later, if at all).
+	d.cancel()
+	if child.Err() == nil {
+		t.Fatal("the shared deadline ended, and a child of the exchange did not with it")
+	}
 }
