@@ -69,11 +69,13 @@ type Options struct {
 	// requests end or reach their deadlines.
 	DrainTimeout time.Duration
 	// TracerProvider gives the tracer of the admission's span (fence.admit,
-	// a child of the span in the request's context), and turns on the
-	// fence.route and fence.decision attributes of the request's own span.
-	// If nil, tracing is off: no span and no per-request cost. The server
-	// span and the upstream exchange's span are the wiring's (otelhttp
-	// around the handler and the Transport).
+	// a child of the recording span in the request's context: a request
+	// without one, sampled out or not wrapped, gets no admission span),
+	// and turns on the fence.route and fence.decision attributes of the
+	// request's own span. If nil, tracing is off: no span and no
+	// per-request cost. The server span and the upstream exchange's span
+	// are the wiring's (TraceWiring: otelhttp around the handler and the
+	// Transport, for the requests its sampler keeps).
 	TracerProvider trace.TracerProvider
 }
 
