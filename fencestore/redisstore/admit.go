@@ -100,8 +100,10 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 			// Redis refused the script before it ran: nothing to abandon.
 			return fencestore.Decision{}, role
 		}
-		if ctx.Err() != nil || (mayHaveRun(err) && !refused(err)) {
-			// (An OOM refusal ran nothing, so made no entry.)
+		// An OOM refusal ran nothing, and an admission no pipeline took
+		// was never sent: neither made an entry to abandon.
+		var notSent errNotSent
+		if !errors.As(err, &notSent) && (ctx.Err() != nil || (mayHaveRun(err) && !refused(err))) {
 			s.abandon(a, fkey, fl, moot)
 		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))

@@ -65,7 +65,20 @@ type admission struct {
 	reply any
 	err   error
 	done  chan struct{} // buffered 1: the worker never blocks on a gone caller
+	// taken is set by the worker before it looks at ctx: a caller gone
+	// before it was set knows the worker will find ctx done and not send
+	// the admission (errNotSent), so no entry can exist to abandon.
+	taken atomic.Bool
 }
+
+// errNotSent wraps the context error of an admission whose caller gave up
+// before a pipeline took it: Redis never saw it.
+type errNotSent struct{ err error }
+
+func (e errNotSent) Error() string {
+	return "not sent before its deadline (the group-commit queue was behind): " + e.err.Error()
+}
+func (e errNotSent) Unwrap() error { return e.err }
 
 var admissionPool = sync.Pool{New: func() any { return &admission{done: make(chan struct{}, 1)} }}
 
@@ -138,7 +151,7 @@ func (b *batcher) admit(ctx context.Context, c call) (any, error) {
 	case <-ctx.Done():
 		a.ctx = nil
 		admissionPool.Put(a)
-		return nil, ctx.Err()
+		return nil, errNotSent{ctx.Err()}
 	case <-b.stop:
 		a.ctx = nil
 		admissionPool.Put(a)
@@ -153,6 +166,9 @@ func (b *batcher) admit(ctx context.Context, c call) (any, error) {
 	case <-ctx.Done():
 		// The worker still owns a and will signal done into the buffer;
 		// a is not returned to the pool, the garbage collector takes it.
+		if !a.taken.Load() {
+			return nil, errNotSent{ctx.Err()}
+		}
 		return nil, ctx.Err()
 	case <-b.stopped:
 		// Queued after the workers drained: nobody will run it.
@@ -317,6 +333,7 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) ([
 	var deadline time.Time
 	unbounded := false
 	for _, a := range batch {
+		a.taken.Store(true) // before the look at ctx (errNotSent)
 		if err := a.ctx.Err(); err != nil {
 			a.err = err
 			a.done <- struct{}{}

@@ -274,3 +274,53 @@ func TestAbandonedAdmissionReleased(t *testing.T) {
 		})
 	}
 }
+
+// Admissions whose callers give up while the group-commit queue is stuck
+// behind a frozen Redis were never sent: they leave no release to retry
+// (each would be retried for days and could push a real release out of
+// the bounded pending set).
+func TestUnsentAdmissionsAbandonNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(redis.NewClient(srv.Options()), Options{KeyPrefix: "unsent:", Pipelines: 1, MaxBatch: 4})
+	t.Cleanup(func() { srv.Cont(); _ = s.Close() })
+	owed := func() int {
+		s.pend.mu.Lock()
+		defer s.pend.mu.Unlock()
+		return len(s.pend.m)
+	}
+	srv.Stop()
+	// The one pipeline is taken by an admission that waits long.
+	blocker := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		_, err := s.Admit(ctx, fencestore.Admission{Resource: "blocker", Token: 1, Flight: time.Minute})
+		blocker <- err
+	}()
+	redistest.Poll(t, 5*time.Second, "the blocker taken by the pipeline", func() error {
+		if n := len(s.batch.queue); n != 0 {
+			return fmt.Errorf("%d queued", n)
+		}
+		return nil
+	})
+	time.Sleep(50 * time.Millisecond) // into its exec
+	const n = 40
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+			defer cancel()
+			if _, err := s.Admit(ctx, fencestore.Admission{Resource: fmt.Sprintf("r%d", i), Token: 1, Flight: time.Minute}); err == nil {
+				t.Errorf("admission %d answered by a frozen Redis", i)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := owed(); got != 0 {
+		t.Fatalf("%d releases owed for %d admissions that never left the queue", got, n)
+	}
+	srv.Cont()
+	<-blocker
+}
