@@ -123,7 +123,8 @@
 // (1024, or four times MaxBatch per pipeline): past it the oldest is
 // dropped, logged and counted (Store.DroppedReleases); the releases acknowledged in the last five seconds
 // are sent again when the subscription comes back after a break (a
-// promoted replica may lack them). A release made before an admission is
+// promoted replica may lack them; on a Cluster or Ring only a break of
+// the node holding the subscription does that). A release made before an admission is
 // queued runs before that admission is decided: until it is acknowledged,
 // an admission that enters its key carries it again, ahead of itself. An
 // admission whose reply never came (its deadline passed, or its connection
