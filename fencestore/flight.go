@@ -62,7 +62,8 @@ func (m Mark) Before(o Mark) bool {
 // after it, whatever its order: a stream of later requests cannot starve
 // it. An older request stops holding it back when its owner releases it,
 // or once the waiter's process has watched it, on its own monotonic clock
-// since the first of its admissions that found it in flight (Watched),
+// since the earliest admission of a waiter that found it in flight (the
+// memory and bolt stores: since; Redis and etcd: Watched),
 // for the older request's flight bound (Admission.Flight) plus
 // AbandonMargin: its owner is then taken to have died, frozen or lost the
 // store, and the waiter removes its record. No wall clock decides (neither
@@ -96,7 +97,7 @@ func (a Admission) Order() Mark {
 // reading, and the only durations measured are between two such
 // instants. A waiter treats an entry of its snapshot as abandoned once it
 // has watched it for the entry's bound (Admission.Flight) plus
-// AbandonMargin, from the first Settle whose snapshot listed it (Watched:
+// AbandonMargin, from the first Settle whose snapshot listed it (since:
 // every waiter continues that one observation); it then removes the entry,
 // as the owner's release would, and Drain reports expired.
 type LocalFlights struct {
@@ -112,8 +113,6 @@ type LocalFlights struct {
 	// wakes counts the times a blocked Drain woke up, for the tests that
 	// check that a release wakes only the waiters whose snapshot holds it.
 	wakes atomic.Uint64
-	// watched times the entries waited for from their first sighting.
-	watched Watched[uint64]
 }
 
 type localFlight struct {
@@ -128,6 +127,10 @@ type localFlight struct {
 	// snapshot (its waiter's watch begins there), and the snapshot.
 	seen  time.Time
 	older []*localFlight
+	// since is when the first Settle whose snapshot listed this entry
+	// learned of it: every waiter of the process times the entry from
+	// there (set once, under mu, by that Settle).
+	since time.Time
 }
 
 // Begin registers a as in flight for a.Flight, before the store decides it.
@@ -176,6 +179,9 @@ func (l *LocalFlights) Settle(f Flight, d Decision, err error) (Decision, error)
 	for id, o := range l.res[f.Key] {
 		if id != f.Seq && o.order.Before(f.Order) {
 			e.older = append(e.older, o)
+			if o.since.IsZero() {
+				o.since = e.seen
+			}
 		}
 	}
 	l.mu.Unlock()
@@ -186,7 +192,7 @@ func (l *LocalFlights) Settle(f Flight, d Decision, err error) (Decision, error)
 
 // Drain waits until every entry of f's snapshot has left: released by its
 // owner, or abandoned once this process has watched it for its bound plus
-// AbandonMargin (Watched). Waiting for the entries one after the other is
+// AbandonMargin since the first Settle that listed it (since). Waiting for the entries one after the other is
 // waiting for all of them: each has its own absolute time of abandonment.
 func (l *LocalFlights) Drain(ctx context.Context, f Flight) (bool, error) {
 	if !f.Older {
@@ -205,7 +211,7 @@ func (l *LocalFlights) Drain(ctx context.Context, f Flight) (bool, error) {
 			continue
 		default:
 		}
-		t := time.NewTimer(time.Until(l.watched.AbandonAt(o.id, e.seen, o.bound)))
+		t := time.NewTimer(time.Until(o.since.Add(o.bound + AbandonMargin)))
 		select {
 		case <-o.gone:
 			l.wakes.Add(1)
@@ -247,7 +253,6 @@ func (l *LocalFlights) remove(e *localFlight) {
 	default:
 	}
 	close(e.gone)
-	l.watched.Forget(e.id)
 	set := l.res[e.key]
 	delete(set, e.id)
 	if len(set) == 0 {

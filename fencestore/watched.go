@@ -6,8 +6,9 @@ import (
 )
 
 // Watched is one process's watch of the older in-flight entries its
-// waiters wait for: when this process first saw each (the reply of the
-// first of its admissions whose snapshot listed it), on its monotonic
+// waiters wait for: when this process first saw each (the earliest reply
+// among the admissions whose snapshot listed it and that waited for it:
+// a sighting is recorded when a waiter begins to watch), on its monotonic
 // clock. Every waiter of the process times an entry from that first
 // sighting, not from its own admission: a second waiter continues the
 // observation the first began, so a slow admission (a failover, a store
@@ -17,10 +18,11 @@ import (
 //
 // That is sound because an entry listed in a snapshot was in flight when
 // that admission was decided: its owner's own admission, and so the start
-// of its bound, came before the reply that first showed it here. Each
-// store keeps one Watched for all its waiters, keyed by what names an
-// entry uniquely in it (a member, a registration number); the zero value
-// is ready.
+// of its bound, came before the reply that first showed it here. The
+// Redis and etcd stores keep one Watched each for all their waiters, keyed
+// by what names an entry uniquely in them (a key and member, a record
+// key); the memory and bolt stores, whose entries live in the process,
+// keep the first sighting on the entry itself. The zero value is ready.
 type Watched[K comparable] struct {
 	mu    sync.Mutex
 	m     map[K]watchedEntry
