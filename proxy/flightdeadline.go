@@ -30,8 +30,11 @@ type flightDeadlines struct {
 }
 
 // flightSlots is how many milliseconds of the grid are shared at once: a
-// request usually reaches the upstream within a few after it started.
-const flightSlots = 8
+// request reaches the upstream after its admission's round trip, which
+// with a store that syncs to disk (Redis appendfsync always, etcd) takes
+// several milliseconds under load; 64 keeps those requests sharing too,
+// for 64 pointers.
+const flightSlots = 64
 
 type flightDeadline struct {
 	context.Context
