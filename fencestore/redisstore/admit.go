@@ -81,7 +81,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		wait  *redis.IntCmd
 	)
 	switch {
-	case s.batch != nil && s.minReplicas <= 0:
+	case s.batch != nil: // only without MinReplicas (New)
 		reply, err = s.batch.admit(ctx, c) // the batch reports its round trip
 	default:
 		start := time.Now() // of the round trip
