@@ -32,8 +32,11 @@ func NewTransport() http.RoundTripper {
 // handler gave it or the client sent, else a new one set here. The answer
 // returns it: ModifyResponse puts it in place of any X-Request-Id of the
 // upstream's response, the error handler on its problem.
-func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *routeMetrics, route string) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
+//
+// The common request takes the direct path (direct.go), the same rewrite,
+// response hook and error handler without the rest of ReverseProxy.
+func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *routeMetrics, route string) *forwarder {
+	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			// A sidecar is transparent: keep the Host the client asked for (the
@@ -79,6 +82,9 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 			writeProblem(w, p)
 		},
 	}
+	f := &forwarder{rp: rp, log: log}
+	f.info, _ = tr.(informationalTransport)
+	return f
 }
 
 // setXForwarded is httputil.ProxyRequest.SetXForwarded (X-Forwarded-For,

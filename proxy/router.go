@@ -3,7 +3,6 @@ package proxy
 import (
 	"fmt"
 	"net/http"
-	"net/http/httputil"
 	"strings"
 	"sync"
 
@@ -41,7 +40,7 @@ type route struct {
 	// fenced.
 	connHeaders []string
 	metrics     *routeMetrics
-	forward     *httputil.ReverseProxy
+	forward     *forwarder
 	names       names // interned resource names
 }
 

@@ -78,7 +78,7 @@ type noHeaderFlush struct{ *bufio.Writer }
 // roundTrip writes req and reads its response on c. On error c is closed.
 // The request is written with (*http.Request).Write and the response parsed
 // with http.ReadResponse: the wire format is net/http's own.
-func (c *upConn) roundTrip(t *Transport, req *http.Request) (*http.Response, error) {
+func (c *upConn) roundTrip(t *Transport, req *http.Request, info Informational) (*http.Response, error) {
 	ctx := req.Context()
 	// The caller's goroutine blocks in Write and Read below; a cancelled
 	// request (the client left, the server shuts down) unblocks it.
@@ -120,8 +120,15 @@ func (c *upConn) roundTrip(t *Transport, req *http.Request) (*http.Response, err
 		if n == max1xx {
 			return fail(errTooMany1xx)
 		}
-		// An informational response (103 Early Hints): ReverseProxy forwards
-		// it to the client through this hook, as with http.Transport.
+		// An informational response (103 Early Hints): a reverse proxy
+		// forwards it to the client through info or the trace's hook, as
+		// with http.Transport.
+		if info != nil {
+			if err := info.Informational(code, textproto.MIMEHeader(resp.Header)); err != nil {
+				return fail(err)
+			}
+			continue
+		}
 		if trace == nil {
 			trace = httptrace.ContextClientTrace(ctx)
 		}

@@ -40,7 +40,7 @@ func TestNotSentMarked(t *testing.T) {
 		rt   func(*Transport, *http.Request) (*http.Response, error)
 	}{
 		{"inline", (*Transport).RoundTrip},
-		{"fallback", (*Transport).roundTripFallback},
+		{"fallback", func(t *Transport, r *http.Request) (*http.Response, error) { return t.roundTripFallback(r, nil) }},
 	}
 	for _, tc := range tests {
 		for _, path := range paths {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,6 +166,24 @@ func inline(req *http.Request) bool {
 // req.Body is closed whatever happens, and the response body must be read
 // to EOF and closed for its connection to be reused.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.RoundTripInformational(req, nil)
+}
+
+// Informational takes the informational (1xx) responses that come before a
+// request's final one, as httptrace.ClientTrace's Got1xxResponse does; an
+// error it returns ends the exchange with that error.
+type Informational interface {
+	Informational(code int, header textproto.MIMEHeader) error
+}
+
+// RoundTripInformational is RoundTrip, with the informational responses
+// going to info (nil: to the Got1xxResponse of the request's
+// httptrace.ClientTrace, if any, as with RoundTrip). It spares a caller
+// that relays them (a reverse proxy) a ClientTrace and a context per
+// request. On the requests http.Transport takes, a ClientTrace already in
+// the request's context sees them too, and its answer is the one that
+// counts (httptrace composes the two hooks).
+func (t *Transport) RoundTripInformational(req *http.Request, info Informational) (*http.Response, error) {
 	if pastDeadline(req.Context()) {
 		// Checked by the clock before the first byte: a request whose
 		// deadline passed while the process was frozen, say, must not be
@@ -177,7 +196,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// upstream sent to it while idle would be read as the next request's
 		// response; http.Transport's read loop sees them, so there it takes
 		// every request.
-		return t.roundTripFallback(req)
+		return t.roundTripFallback(req, info)
 	}
 	ctx := req.Context()
 	if ctx.Err() != nil {
@@ -200,7 +219,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		// From here req.Write closes the body, whatever happens.
-		resp, err := c.roundTrip(t, req)
+		resp, err := c.roundTrip(t, req, info)
 		if err == nil {
 			return resp, nil
 		}
@@ -227,14 +246,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// roundTripFallback sends req through http.Transport and, when its dial
+// roundTripFallback sends req through http.Transport (the informational
+// responses to info, when not nil) and, when its dial
 // failed before it ever got a connection, says that nothing was sent.
 // http.Transport writes only on a connection it got, and reports each one
 // to GotConn first (HTTP/1 and HTTP/2 alike); a dial error after a retry
 // follows an attempt that may have written, so it is not marked.
-func (t *Transport) roundTripFallback(req *http.Request) (*http.Response, error) {
+func (t *Transport) roundTripFallback(req *http.Request, info Informational) (*http.Response, error) {
 	var gotConn atomic.Bool
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }}
+	if info != nil {
+		trace.Got1xxResponse = info.Informational
+	}
 	resp, err := t.fallback.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
 	var oe *net.OpError
 	if err != nil && !gotConn.Load() && errors.As(err, &oe) && oe.Op == "dial" {

@@ -534,3 +534,71 @@ func TestMalformedResponse(t *testing.T) {
 		})
 	}
 }
+
+// hintsSeen is an Informational that records what it is given, and fails
+// with err when set.
+type hintsSeen struct {
+	hints []string
+	err   error
+}
+
+func (h *hintsSeen) Informational(code int, hdr textproto.MIMEHeader) error {
+	h.hints = append(h.hints, strconv.Itoa(code)+" "+hdr.Get("Link"))
+	return h.err
+}
+
+// RoundTripInformational gives the informational responses to its
+// Informational on the inline path (a small body; not to the request's
+// trace) and on http.Transport's (a body past MaxInlineBody); an error from
+// it ends the exchange with that error.
+func TestRoundTripInformational(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		_, _ = io.WriteString(w, "final")
+	}))
+	defer up.Close()
+	tr := New(Options{})
+	errRefused := errors.New("refused by the caller")
+	for _, tc := range []struct {
+		name  string
+		body  int
+		err   error
+		trace bool // the request has a trace too (http.Transport would call both)
+	}{
+		{"inline", 1, nil, true},
+		{"http.Transport", MaxInlineBody + 1, nil, false},
+		{"inline, refused", 1, errRefused, true},
+		{"http.Transport, refused", MaxInlineBody + 1, errRefused, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var traced int
+			ctx := context.Background()
+			if tc.trace {
+				ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+					Got1xxResponse: func(int, textproto.MIMEHeader) error { traced++; return nil }})
+			}
+			req, _ := http.NewRequestWithContext(ctx, "PUT", up.URL+"/r", strings.NewReader(strings.Repeat("x", tc.body)))
+			info := &hintsSeen{err: tc.err}
+			resp, err := tr.RoundTripInformational(req, info)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("err = %v, want %v", err, tc.err)
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(b) != "final" {
+					t.Fatalf("%d %q", resp.StatusCode, b)
+				}
+			}
+			if len(info.hints) != 1 || info.hints[0] != "103 </style.css>; rel=preload" || traced != 0 {
+				t.Fatalf("informational responses: %q to the Informational, %d to the trace", info.hints, traced)
+			}
+		})
+	}
+}
