@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
@@ -31,8 +32,7 @@ import (
 // or a '%' that starts no escape (ReverseProxy rewrites such a query), a
 // body of known length that the upstream transport writes in one go
 // (within upstream.MaxInlineBody; fenceproxy has read a fenced one
-// already), and fenceproxy's own transport (internal/upstream, which
-// relays informational answers without a client trace). For
+// already). For
 // such a request the two paths send the upstream the same request and the
 // client the same answer: direct_test.go runs each case through both and
 // compares what the upstream received and what the client got.
@@ -49,18 +49,37 @@ var hopHeaders = [...]string{
 // rest through rp, with the same rewrite, response hook and error handler.
 type forwarder struct {
 	rp *httputil.ReverseProxy
-	// info is rp's transport when it takes informational responses without
-	// a trace (nil: every request goes to rp).
+	// info is rp's transport, taking informational answers as
+	// internal/upstream's does (traceRelay adapts any other).
 	info informationalTransport
 	log  *zap.Logger
 }
 
+// informationalTransport is a RoundTripper that relays informational
+// answers without a client trace (and so without a context per request).
 type informationalTransport interface {
 	RoundTripInformational(*http.Request, upstream.Informational) (*http.Response, error)
 }
 
+// informational returns tr as an informationalTransport.
+func informational(tr http.RoundTripper) informationalTransport {
+	if it, ok := tr.(informationalTransport); ok {
+		return it
+	}
+	return traceRelay{tr}
+}
+
+// traceRelay relays the informational answers of another RoundTripper
+// through a client trace, as ReverseProxy does.
+type traceRelay struct{ http.RoundTripper }
+
+func (t traceRelay) RoundTripInformational(r *http.Request, info upstream.Informational) (*http.Response, error) {
+	trace := &httptrace.ClientTrace{Got1xxResponse: info.Informational}
+	return t.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
+}
+
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if f.info == nil || !direct(r) {
+	if !direct(r) {
 		f.rp.ServeHTTP(w, r)
 		return
 	}
@@ -181,13 +200,17 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		// Nothing asked for an upgrade: ReverseProxy's answer.
-		_ = f.rp.ModifyResponse(res)
+		if f.rp.ModifyResponse != nil {
+			_ = f.rp.ModifyResponse(res)
+		}
 		_ = res.Body.Close()
 		f.rp.ErrorHandler(w, out, fmt.Errorf("backend tried to switch protocol %q when %q was requested", upgradeType(res.Header), ""))
 		return
 	}
 	removeHopByHop(res.Header)
-	_ = f.rp.ModifyResponse(res) // newForwarder's never fails
+	if f.rp.ModifyResponse != nil {
+		_ = f.rp.ModifyResponse(res) // newForwarder's never fails
+	}
 	wh := w.Header()
 	for k, vv := range res.Header {
 		if len(wh[k]) == 0 {

@@ -82,9 +82,7 @@ func newForwarder(upstream *url.URL, tr http.RoundTripper, log *zap.Logger, m *r
 			writeProblem(w, p)
 		},
 	}
-	f := &forwarder{rp: rp, log: log}
-	f.info, _ = tr.(informationalTransport)
-	return f
+	return &forwarder{rp: rp, info: informational(tr), log: log}
 }
 
 // setXForwarded is httputil.ProxyRequest.SetXForwarded (X-Forwarded-For,

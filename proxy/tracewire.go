@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fenceproxy/fenceproxy/internal/upstream"
 )
 
 // TraceWiring puts a server span around the data handler and a client span
@@ -142,6 +144,15 @@ func (t sampledTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return t.traced.RoundTrip(r)
 	}
 	return t.plain.RoundTrip(r)
+}
+
+// RoundTripInformational lets the direct path (direct.go) relay
+// informational answers without a client trace when nothing is sampled.
+func (t sampledTransport) RoundTripInformational(r *http.Request, info upstream.Informational) (*http.Response, error) {
+	if trace.SpanFromContext(r.Context()).IsRecording() {
+		return informational(t.traced).RoundTripInformational(r, info)
+	}
+	return informational(t.plain).RoundTripInformational(r, info)
 }
 
 // traceIDs is the SDK's ID generator: random ids, as the SDK's default,
