@@ -211,7 +211,11 @@ func (p *pendingReleases) trimRecent(now time.Time) {
 		drop++
 	}
 	if drop > 0 {
-		p.recent = append(p.recent[:0], p.recent[drop:]...)
+		// Sliced off, not copied down: a copy moved the whole window (up to
+		// recentReleases entries) per acknowledged batch. append moves the
+		// live entries to a new array when the old one's end is reached.
+		clear(p.recent[:drop])
+		p.recent = p.recent[drop:]
 	}
 }
 
