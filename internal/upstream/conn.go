@@ -76,8 +76,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 type noHeaderFlush struct{ *bufio.Writer }
 
 // roundTrip writes req and reads its response on c. On error c is closed.
-// The request is written with (*http.Request).Write and the response parsed
-// with http.ReadResponse: the wire format is net/http's own.
+// The request is written as (*http.Request).Write writes it (write.go) and
+// the response parsed with http.ReadResponse: the wire format is net/http's
+// own.
 func (c *upConn) roundTrip(t *Transport, req *http.Request, info Informational) (*http.Response, error) {
 	ctx := req.Context()
 	// The caller's goroutine blocks in Write and Read below; a cancelled
@@ -91,7 +92,7 @@ func (c *upConn) roundTrip(t *Transport, req *http.Request, info Informational) 
 	c.written, c.read = 0, 0
 	c.ctx = ctx
 	c.sendBy, _ = ctx.Deadline()
-	if err := req.Write(noHeaderFlush{c.bw}); err != nil {
+	if err := writeRequest(c.bw, req); err != nil {
 		return fail(err)
 	}
 	if err := c.bw.Flush(); err != nil {

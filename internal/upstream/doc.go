@@ -15,8 +15,10 @@
 // uploads, https, the deprecated Request.Cancel, and requests http.Transport
 // refuses (which it then refuses with its own error, before dialling).
 //
-// The wire format is net/http's own: requests are written with
-// (*http.Request).Write and responses parsed with http.ReadResponse; only
+// The wire format is net/http's own: responses are parsed with
+// http.ReadResponse, and requests are written as (*http.Request).Write
+// writes them (the common request by write.go, byte for byte the same, as
+// FuzzWriteRequest checks; any other by (*http.Request).Write itself); only
 // the connection handling is this package's. Against http.Transport, the
 // conformance test (conformance_test.go) runs the same scripted exchanges
 // through both and holds them to the same bytes on the wire, the same
