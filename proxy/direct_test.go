@@ -13,11 +13,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/internal/upstream"
+	"github.com/fenceproxy/fenceproxy/internal/wiretest"
 )
 
 // scriptedUpstream is a raw HTTP/1.1 upstream: it records the bytes of
@@ -102,15 +102,8 @@ func normalise(s string) string { return madeIDs.ReplaceAllString(s, "<id>") }
 // exchangeRaw sends raw to front and reads the answer (every 1xx first).
 func exchangeRaw(t *testing.T, front, raw string, up *scriptedUpstream) seen {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := wiretest.Write(t, front, raw)
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
 	br := bufio.NewReader(c)
 	var s seen
 	var hints []string

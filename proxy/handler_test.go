@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -341,15 +340,8 @@ func TestRequestFraming(t *testing.T) {
 	})
 	send := func(raw string) string {
 		t.Helper()
-		c, err := net.Dial("tcp", strings.TrimPrefix(f.front.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := wiretest.Write(t, f.front.URL, raw)
 		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, raw); err != nil {
-			t.Fatal(err)
-		}
 		resp, err := wiretest.Answer(c, 0)
 		if err != nil {
 			t.Fatal(err)

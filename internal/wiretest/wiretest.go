@@ -1,7 +1,7 @@
 // Package wiretest holds the client side of the wire-level tests of the
 // proxy and of its upstream transport: a test that writes a request byte by
 // byte (half a body, a stall, framing no http.Client would send) reads the
-// answer with Answer; Send, Async and ClosedPort are the helpers both
+// answer with Answer; Write, Send, Async and ClosedPort are the helpers both
 // packages' tests share. Answer lives apart from package proxy so that
 // nothing under proxy/ parses HTTP responses: reading responses off a
 // connection is internal/upstream's job, and the proxy only fences.
@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,6 +26,23 @@ func Answer(conn net.Conn, timeout time.Duration) (*http.Response, error) {
 		}
 	}
 	return http.ReadResponse(bufio.NewReader(conn), nil)
+}
+
+// Write dials the server at url (http://host:port), writes raw on the new
+// connection and returns it, closed when the test ends; reads and writes on
+// it fail after 10 s. A failure fails the test.
+func Write(t testing.TB, url, raw string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // Send does req with c and returns the response with its body read whole;
