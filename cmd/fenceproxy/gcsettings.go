@@ -3,7 +3,9 @@ package main
 import (
 	"math"
 	"os"
+	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,10 +23,14 @@ import (
 //
 //   - GOGC: defaultGCPercent: the heap may grow to that percentage above
 //     what the last collection left live before the next one starts;
-//   - GOMEMLIMIT: memLimitShare of the container's memory limit (cgroup v2
-//     memory.max, or v1 memory.limit_in_bytes), so that the larger heap
-//     never drives the container out of memory: near the limit the
-//     collector runs as often as it must. No limit found: none set.
+//   - GOMEMLIMIT: memLimitShare of the process's memory limit (cgroup v2
+//     memory.max, or v1 memory.limit_in_bytes: the lowest of its own
+//     cgroup's and its ancestors', found from /proc/self/cgroup, as a
+//     systemd unit's MemoryMax or a container without a cgroup namespace
+//     has it; else the one at the cgroup mount's root, a container's own),
+//     so that the larger heap never drives the process out of memory: near
+//     the limit the collector runs as often as it must. No limit found:
+//     none set.
 //
 // GOMAXPROCS needs nothing here: since Go 1.25 the runtime follows the
 // container's CPU limit (cgroup cpu.max) itself, unless GOMAXPROCS is set.
@@ -33,8 +39,45 @@ const (
 	memLimitShare    = 0.9
 )
 
-// cgroupMemoryFiles hold the container's memory limit, cgroup v2 first.
-var cgroupMemoryFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+// The cgroup mounts and their limit files, v2 first.
+const (
+	cgroupV2Root, cgroupV2File = "/sys/fs/cgroup", "memory.max"
+	cgroupV1Root, cgroupV1File = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+)
+
+// cgroupMemoryFiles returns the files that may hold the process's memory
+// limit, read from /proc/self/cgroup (its text): for each cgroup version
+// the process is in, its own cgroup's file and each ancestor's up to the
+// mount's root. A path that does not exist under the mount (a container
+// without a cgroup namespace sees the host's path, and its own cgroup at
+// the mount's root) is simply not read.
+func cgroupMemoryFiles(self string) []string {
+	var v2, v1 string // the process's cgroup paths
+	for _, line := range strings.Split(self, "\n") {
+		id, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		ctrls, path, ok := strings.Cut(rest, ":")
+		if !ok || !strings.HasPrefix(path, "/") {
+			continue
+		}
+		switch {
+		case id == "0" && ctrls == "":
+			v2 = path
+		case slices.Contains(strings.Split(ctrls, ","), "memory"):
+			v1 = path
+		}
+	}
+	var files []string
+	for _, c := range [...]struct{ root, file, path string }{{cgroupV2Root, cgroupV2File, v2}, {cgroupV1Root, cgroupV1File, v1}} {
+		for p := path.Clean(c.path); p != "/" && p != "."; p = path.Dir(p) {
+			files = append(files, c.root+p+"/"+c.file)
+		}
+		files = append(files, c.root+"/"+c.file)
+	}
+	return files
+}
 
 // gcSettings is what applyGCSettings did, for the start's log line.
 type gcSettings struct {
@@ -61,14 +104,16 @@ func applyGCSettings(getenv func(string) string, readFile func(string) ([]byte, 
 		return s
 	}
 	s.MemLimit = math.MaxInt64
-	for _, f := range cgroupMemoryFiles {
-		limit, ok := cgroupLimit(readFile, f)
-		if !ok {
-			continue
+	self, _ := readFile("/proc/self/cgroup")
+	lowest := int64(math.MaxInt64)
+	for _, f := range cgroupMemoryFiles(string(self)) {
+		if limit, ok := cgroupLimit(readFile, f); ok && limit < lowest {
+			lowest, s.LimitFrom = limit, f
 		}
-		s.MemLimit, s.LimitFrom = int64(float64(limit)*memLimitShare), f
+	}
+	if s.LimitFrom != "" {
+		s.MemLimit = int64(float64(lowest) * memLimitShare)
 		debug.SetMemoryLimit(s.MemLimit)
-		break
 	}
 	return s
 }

@@ -9,8 +9,9 @@ import (
 
 // GOGC and GOMEMLIMIT's defaults apply only where the environment is
 // silent: a GOGC or GOMEMLIMIT set is left as the runtime read it; the
-// soft limit is 90% of the container's memory limit (cgroup v2 or v1),
-// none when the container has none.
+// soft limit is 90% of the process's memory limit (cgroup v2 or v1, the
+// lowest of its own cgroup's, its ancestors' and the mount root's), none
+// when there is none.
 func TestGCSettings(t *testing.T) {
 	percent := debug.SetGCPercent(100)
 	limit := debug.SetMemoryLimit(math.MaxInt64)
@@ -34,6 +35,24 @@ func TestGCSettings(t *testing.T) {
 			wantPercent: defaultGCPercent, wantLimit: 966367641, wantFrom: v1},
 		{name: "cgroup v1 unlimited", runtimeGC: 100, files: map[string]string{v1: "9223372036854771712\n"},
 			wantPercent: defaultGCPercent, wantLimit: math.MaxInt64},
+		// The process's own cgroup, from /proc/self/cgroup.
+		{name: "systemd unit's MemoryMax (v2, no cgroup namespace)", runtimeGC: 100, files: map[string]string{
+			"/proc/self/cgroup": "0::/system.slice/fenceproxy.service\n",
+			"/sys/fs/cgroup/system.slice/fenceproxy.service/memory.max": "268435456\n", "/sys/fs/cgroup/system.slice/memory.max": "max\n"},
+			wantPercent: defaultGCPercent, wantLimit: 241591910, wantFrom: "/sys/fs/cgroup/system.slice/fenceproxy.service/memory.max"},
+		{name: "an ancestor's lower limit", runtimeGC: 100, files: map[string]string{
+			"/proc/self/cgroup": "0::/user.slice/user-0.slice/session-1.scope\n",
+			"/sys/fs/cgroup/user.slice/user-0.slice/session-1.scope/memory.max": "max\n",
+			"/sys/fs/cgroup/user.slice/user-0.slice/memory.max":                 "1073741824\n",
+			"/sys/fs/cgroup/user.slice/memory.max":                              "536870912\n"},
+			wantPercent: defaultGCPercent, wantLimit: 483183820, wantFrom: "/sys/fs/cgroup/user.slice/memory.max"},
+		{name: "v1 container without a cgroup namespace: the host's path, its limit at the mount root", runtimeGC: 100,
+			files:       map[string]string{"/proc/self/cgroup": "12:pids:/docker/abc\n4:memory:/docker/abc\n1:name=systemd:/docker/abc\n", v1: "1073741824\n"},
+			wantPercent: defaultGCPercent, wantLimit: 966367641, wantFrom: v1},
+		{name: "v1 with the memory controller beside another", runtimeGC: 100, files: map[string]string{
+			"/proc/self/cgroup": "5:cpuacct,memory:/kubepods/pod1/c1\n",
+			"/sys/fs/cgroup/memory/kubepods/pod1/c1/memory.limit_in_bytes": "536870912\n"},
+			wantPercent: defaultGCPercent, wantLimit: 483183820, wantFrom: "/sys/fs/cgroup/memory/kubepods/pod1/c1/memory.limit_in_bytes"},
 		{name: "GOMEMLIMIT set", env: map[string]string{"GOMEMLIMIT": "100MiB"}, runtimeGC: 100,
 			files: map[string]string{v2: "536870912\n"}, wantPercent: defaultGCPercent, wantLimit: 100 << 20, wantFrom: "GOMEMLIMIT"},
 	}
