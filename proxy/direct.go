@@ -32,10 +32,10 @@ import (
 // or a '%' that starts no escape (ReverseProxy rewrites such a query), a
 // body of known length that the upstream transport writes in one go
 // (within upstream.MaxInlineBody; fenceproxy has read a fenced one
-// already). For
-// such a request the two paths send the upstream the same request and the
-// client the same answer: direct_test.go runs each case through both and
-// compares what the upstream received and what the client got.
+// already). For such a request the two paths send the upstream the same
+// request and the client the same answer: direct_test.go runs each case
+// through both and compares what the upstream received and what the
+// client got.
 
 // hopHeaders are the hop-by-hop headers ReverseProxy strips (RFC 9110
 // 7.6.1, and Proxy-Connection), with Expect: a request that has any of
