@@ -129,6 +129,7 @@ type outgoing struct {
 	req  http.Request
 	url  url.URL
 	body noClose
+	pr   httputil.ProxyRequest // for the Rewrite
 	w    http.ResponseWriter // for Informational
 	// mu and done stop an informational answer that would come after the
 	// final one (ReverseProxy's guard) from touching w's header map.
@@ -185,7 +186,8 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
 		h[k] = vv // shared: nothing appends to a slice of the client's in place
 	}
 	out.Header = h
-	f.rp.Rewrite(&httputil.ProxyRequest{In: r, Out: out})
+	o.pr = httputil.ProxyRequest{In: r, Out: out}
+	f.rp.Rewrite(&o.pr)
 	if _, ok := h["User-Agent"]; !ok {
 		h["User-Agent"] = emptyValue // no Go-http-client default
 	}

@@ -226,7 +226,7 @@ func fenceAllocs(t *testing.T, routes, path, route string, sequence, drain bool)
 // forwarding included, beyond building the request and its recorder.
 // Forwarded through httputil.ReverseProxy rather than the direct path
 // (direct.go), the same request allocated 31.
-const admittedAllocs = 22
+const admittedAllocs = 21
 
 // The whole admitted request stays within admittedAllocs: the allocation
 // budget that guards the CPU figures of docs/performance.md (about half of
