@@ -130,7 +130,7 @@ type outgoing struct {
 	url  url.URL
 	body noClose
 	pr   httputil.ProxyRequest // for the Rewrite
-	w    http.ResponseWriter // for Informational
+	w    http.ResponseWriter   // for Informational
 	// mu and done stop an informational answer that would come after the
 	// final one (ReverseProxy's guard) from touching w's header map.
 	mu   sync.Mutex
