@@ -117,7 +117,12 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		return fencestore.Decision{}, lost
 	}
 	if err != nil {
-		s.abandon(a, fkey, fl, moot)
+		// A reply of another shape may come after an entry was made; the
+		// script's own refusal of the key never does.
+		var ke *keyError
+		if !errors.As(err, &ke) {
+			s.abandon(a, fkey, fl, moot)
+		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))
 	}
 	if c.gen != "" {

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -31,7 +30,7 @@ func parseReply(reply any, a fencestore.Admission, fkey, want string) (fencestor
 	flag, ok := r[0].(int64)
 	if ok && flag == -1 {
 		msg, _ := r[1].(string)
-		return fencestore.Decision{}, snapshot{}, errors.New(msg)
+		return fencestore.Decision{}, snapshot{}, &keyError{msg}
 	}
 	if ok && flag == -2 {
 		found, ok := r[1].(string)
@@ -133,3 +132,11 @@ func admissionText(a fencestore.Admission) string { return markText(a.Order()) }
 
 // markText spells m as it is stored.
 func markText(m fencestore.Mark) string { return string(m.AppendValue(nil)) }
+
+// keyError is admit.lua's answer for one key it could not decide (a corrupt
+// mark, a key of another type, a refused write): the script then left no
+// in-flight entry for the admission (a failed entry is none, and one made
+// before a refused write is taken out), so there is nothing to abandon.
+type keyError struct{ msg string }
+
+func (e *keyError) Error() string { return e.msg }
