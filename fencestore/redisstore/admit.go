@@ -248,12 +248,39 @@ func (s *Store) run(ctx context.Context, c call) (any, error) {
 // failed: the error may be a redirection (MOVED) or a master that no longer
 // answers (a failover moves its slots to a replica), and admissions bypass
 // the ClusterClient's own paths, which would have noticed. The reload runs in
-// the background, at most one at a time.
+// the background, at most one at a time. The recent releases go again too
+// (resendAfterFailure).
 func (s *Store) refreshSlots() {
 	if cluster, ok := s.client.(*redis.ClusterClient); ok {
 		cluster.ReloadState(context.Background())
+		s.resendAfterFailure()
 	}
 }
+
+// resendAfterFailure sends again the releases acknowledged in the last
+// recentFor, at most once per recentFor: an admission on a Cluster failed,
+// and its node may be failing over to a replica that lacks some of them.
+// The subscription's coming back does that only for a failover of its own
+// node (drain.go); without this, an entry whose release a promoted replica
+// lost would hold the newer requests of its resource for their bound.
+// Under an outage the releases it sends wait in the pending set, sent again
+// until the new master takes them; sent to a node that has them, they find
+// nothing.
+func (s *Store) resendAfterFailure() {
+	now := int64(sinceStart()) + 1 // never 0, which means never
+	last := s.resent.Load()
+	if last != 0 && now-last < int64(recentFor) || !s.resent.CompareAndSwap(last, now) {
+		return
+	}
+	s.resendRecent()
+}
+
+// processStart is a reading of the monotonic clock to measure from.
+var processStart = time.Now()
+
+// sinceStart is the monotonic time since processStart: unlike the wall clock, it
+// never steps.
+func sinceStart() time.Duration { return time.Since(processStart) }
 
 // admitAndWait sends the script and WAIT in one pipeline, so they run on one
 // connection: WAIT counts the replicas that have the writes of its own

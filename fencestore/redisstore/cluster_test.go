@@ -122,6 +122,96 @@ func TestClusterLostReply(t *testing.T) {
 	}
 }
 
+// A release a Cluster node acknowledged and then lost (as a replica
+// promoted without it would have lost it) is sent again once an admission
+// on the Cluster fails, though the failing node is not the one holding the
+// subscription (whose coming back sends them again too): the lost entry is
+// gone within seconds, instead of holding its resource's newer requests for
+// their bound.
+func TestClusterLostReleaseSentAgain(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	relays := map[string]*relay{}
+	for _, addr := range cluster.Addrs() {
+		relays[addr] = startRelay(t, addr)
+	}
+	s, cc, prefix := newClusterStore(t, cluster, redisstore.Options{},
+		func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if r, ok := relays[addr]; ok {
+				addr = r.ln.Addr().String()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		})
+	ctx := t.Context()
+	sub, err := cc.MasterForKey(ctx, prefix+"inflight") // the releases' channel
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res, addr string
+	for i := 0; addr == "" || addr == sub.Options().Addr; i++ {
+		res = "orders/" + strconv.Itoa(i)
+		node, err := cc.MasterForKey(ctx, prefix+res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = node.Options().Addr
+	}
+	d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 1, Compare: fencestore.Greater, Flight: time.Minute})
+	if err != nil || !d.Admitted || !d.Flight.Registered() {
+		t.Fatalf("Admit(1) = %+v, %v; want admitted in flight", d, err)
+	}
+	// The in-flight key: the one sorted set of this store on the node.
+	reply, err := redistest.Do(addr, nil, "SCAN", "0", "MATCH", "*"+prefix+"*", "TYPE", "zset", "COUNT", "100000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := reply.([]any)[1].([]any)
+	if len(keys) != 1 {
+		t.Fatalf("in-flight keys on %s: %v, want one", addr, keys)
+	}
+	fkey := keys[0].(string)
+	entry, err := redistest.Do(addr, nil, "ZRANGE", fkey, "0", "-1", "WITHSCORES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair := entry.([]any) // RESP2: member, score; RESP3: [member, score]
+	if p, ok := pair[0].([]any); ok {
+		pair = p
+	}
+	member, score := pair[0].(string), pair[1]
+	s.Release(d.Flight)
+	inFlight := func() (int64, error) {
+		n, err := redistest.Do(addr, nil, "ZCARD", fkey)
+		if err != nil {
+			return 0, err
+		}
+		return n.(int64), nil
+	}
+	redistest.Poll(t, 5*time.Second, "the release taken", func() error {
+		if n, err := inFlight(); err != nil || n != 0 {
+			return fmt.Errorf("%d entries, %v", n, err)
+		}
+		return nil
+	})
+	// The node loses the release, as a promoted replica that missed it.
+	if _, err := redistest.Do(addr, nil, "ZADD", fkey, fmt.Sprint(score), member); err != nil {
+		t.Fatal(err)
+	}
+	// An admission on that node fails: its reply is lost on the way.
+	relays[addr].armed.Store(true)
+	if _, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 2, Compare: fencestore.Greater}); !errors.Is(err, fencestore.ErrUnavailable) {
+		t.Fatalf("Admit(2) with its reply lost = %v, want unavailable", err)
+	}
+	// The entry's own bound is a minute: gone well before, it was released
+	// again.
+	redistest.Poll(t, 10*time.Second, "the lost release sent again", func() error {
+		if n, err := inFlight(); err != nil || n != 0 {
+			return fmt.Errorf("%d entries, %v", n, err)
+		}
+		return nil
+	})
+}
+
 // scriptRuns is how many EVAL and EVALSHA commands the server at addr has
 // run.
 func scriptRuns(t testing.TB, addr string) int {

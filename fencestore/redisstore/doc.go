@@ -124,7 +124,9 @@
 // dropped, logged and counted (Store.DroppedReleases); the releases acknowledged in the last five seconds
 // are sent again when the subscription comes back after a break (a
 // promoted replica may lack them; on a Cluster or Ring only a break of
-// the node holding the subscription does that). A release made before an admission is
+// the node holding the subscription does that), and, on a Cluster, at most
+// every recentFor when an admission fails (resendAfterFailure: a failover
+// of another node fails the admissions sent to it). A release made before an admission is
 // queued runs before that admission is decided: until it is acknowledged,
 // an admission that enters its key carries it again, ahead of itself. An
 // admission whose reply never came (its deadline passed, or its connection

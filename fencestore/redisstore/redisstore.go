@@ -83,9 +83,13 @@ type Store struct {
 	// The drain barrier (flight.go, drain.go, release.go). channel carries
 	// the releases Drains wait for; entry ids are idPrefix and a count;
 	// flights are this store's registrations until their Release.
-	channel   string
-	pend      *pendingReleases
-	dropped   atomic.Uint64 // releases dropped from a full pend (releaseDropped)
+	channel string
+	pend    *pendingReleases
+	dropped atomic.Uint64 // releases dropped from a full pend (releaseDropped)
+	// resent is when a failed admission on a Cluster last had the recent
+	// releases sent again (resendAfterFailure), on a monotonic clock
+	// (sinceStart); 0: never.
+	resent    atomic.Int64
 	idPrefix  string
 	ids       atomic.Uint64
 	drainPoll time.Duration
