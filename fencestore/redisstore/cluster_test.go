@@ -42,6 +42,26 @@ func newClusterStore(t testing.TB, cluster *redistest.Cluster, opts redisstore.O
 	return s, cc, opts.KeyPrefix
 }
 
+// newRelayedClusterStore is newClusterStore with every node reached through
+// a relay of its own (by the node's address).
+func newRelayedClusterStore(t testing.TB, cluster *redistest.Cluster, opts redisstore.Options,
+) (*redisstore.Store, *redis.ClusterClient, string, map[string]*relay) {
+	t.Helper()
+	relays := map[string]*relay{}
+	for _, addr := range cluster.Addrs() {
+		relays[addr] = startRelay(t, addr)
+	}
+	s, cc, prefix := newClusterStore(t, cluster, opts,
+		func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if r, ok := relays[addr]; ok {
+				addr = r.ln.Addr().String()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		})
+	return s, cc, prefix, relays
+}
+
 // The suite on a cluster, where admissions go to the node clients of the
 // masters, batched (grouped by node) and not.
 func TestClusterConformance(t *testing.T) {
@@ -70,18 +90,7 @@ func TestClusterLostReply(t *testing.T) {
 		opts redisstore.Options
 	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			relays := map[string]*relay{}
-			for _, addr := range cluster.Addrs() {
-				relays[addr] = startRelay(t, addr)
-			}
-			s, cc, prefix := newClusterStore(t, cluster, tc.opts,
-				func(ctx context.Context, network, addr string) (net.Conn, error) {
-					if r, ok := relays[addr]; ok {
-						addr = r.ln.Addr().String()
-					}
-					var d net.Dialer
-					return d.DialContext(ctx, network, addr)
-				})
+			s, cc, prefix, relays := newRelayedClusterStore(t, cluster, tc.opts)
 			ctx := t.Context()
 			const res = "orders/1"
 			node, err := cc.MasterForKey(ctx, prefix+res)
@@ -130,18 +139,7 @@ func TestClusterLostReply(t *testing.T) {
 // their bound.
 func TestClusterLostReleaseSentAgain(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	relays := map[string]*relay{}
-	for _, addr := range cluster.Addrs() {
-		relays[addr] = startRelay(t, addr)
-	}
-	s, cc, prefix := newClusterStore(t, cluster, redisstore.Options{},
-		func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if r, ok := relays[addr]; ok {
-				addr = r.ln.Addr().String()
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		})
+	s, cc, prefix, relays := newRelayedClusterStore(t, cluster, redisstore.Options{})
 	ctx := t.Context()
 	sub, err := cc.MasterForKey(ctx, prefix+"inflight") // the releases' channel
 	if err != nil {
