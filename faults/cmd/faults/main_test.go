@@ -39,6 +39,16 @@ func num(t *testing.T, f map[string]string, key string) int {
 	return n
 }
 
+// decimal is num for a field with a fraction.
+func decimal(t *testing.T, f map[string]string, key string) float64 {
+	t.Helper()
+	r, err := strconv.ParseFloat(f[key], 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", key, f[key], err)
+	}
+	return r
+}
+
 // herdLimit is the herd scenario's limit on herd_ratio (docs/faults.md).
 const herdLimit = 2.0
 
@@ -132,19 +142,13 @@ func TestBrokenSystemsFail(t *testing.T) {
 				}
 			}
 			if c.scenario == "herd" {
-				r, err := strconv.ParseFloat(f["herd_ratio"], 64)
-				if err != nil {
-					t.Fatalf("herd_ratio=%q: %v", f["herd_ratio"], err)
-				}
+				r := decimal(t, f, "herd_ratio")
 				if r <= herdLimit {
 					t.Errorf("herd_ratio=%s with -break %s, want above %v", f["herd_ratio"], c.brk, herdLimit)
 				}
 			}
 			if c.scenario == "failover-barrier" {
-				r, err := strconv.ParseFloat(f["resume_s"], 64)
-				if err != nil {
-					t.Fatalf("resume_s=%q: %v", f["resume_s"], err)
-				}
+				r := decimal(t, f, "resume_s")
 				if r <= 5 && num(t, f, "resources_not_resumed") == 0 {
 					t.Errorf("resume_s=%s resources_not_resumed=0 with -break %s: every resource resumed within the 5 s target", f["resume_s"], c.brk)
 				}
@@ -234,10 +238,7 @@ func runPassing(t *testing.T, scenario string) string {
 func TestHerdPasses(t *testing.T) {
 	out := runPassing(t, "herd")
 	f := fields(t, out, "scenario=herd ")
-	r, err := strconv.ParseFloat(f["herd_ratio"], 64)
-	if err != nil {
-		t.Fatalf("herd_ratio=%q: %v", f["herd_ratio"], err)
-	}
+	r := decimal(t, f, "herd_ratio")
 	if f["verdict"] != "pass" || r > herdLimit || num(t, f, "inversions") != 0 || num(t, f, "overlaps") != 0 {
 		t.Errorf("herd: %v", f)
 	}
@@ -250,10 +251,7 @@ func TestHerdPasses(t *testing.T) {
 func TestFailoverBarrierPasses(t *testing.T) {
 	out := runPassing(t, "failover-barrier")
 	f := fields(t, out, "scenario=failover-barrier ")
-	r, err := strconv.ParseFloat(f["resume_s"], 64)
-	if err != nil {
-		t.Fatalf("resume_s=%q: %v", f["resume_s"], err)
-	}
+	r := decimal(t, f, "resume_s")
 	if f["verdict"] != "pass" || r > 5 || num(t, f, "resources_not_resumed") != 0 {
 		t.Errorf("failover-barrier: %v", f)
 	}
