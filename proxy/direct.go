@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
@@ -268,7 +267,7 @@ var emptyValue = []string{""}
 // It returns a write error, or a read error other than EOF (logged).
 func (f *forwarder) copyBody(w http.ResponseWriter, res *http.Response) error {
 	var dst io.Writer = w
-	if ct, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); ct == "text/event-stream" || res.ContentLength == -1 {
+	if res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type")) {
 		s := &streamWriter{w: w, flush: http.NewResponseController(w).Flush}
 		// The headers go at once if the body is slow to come (and after
 		// the first write otherwise, which lets net/http sniff a missing
@@ -300,6 +299,17 @@ func (f *forwarder) copyBody(w http.ResponseWriter, res *http.Response) error {
 			return rerr
 		}
 	}
+}
+
+// isEventStream reports whether a Content-Type names an event stream, as
+// ReverseProxy decides it (mime.ParseMediaType's type, whatever its
+// parameters) without the map of parameters ParseMediaType allocates for
+// every answer. The comparison can be ASCII-only: a base of 17 bytes that
+// folds to the 17 ASCII runes of the type holds no multi-byte rune.
+func isEventStream(ct string) bool {
+	base, _, _ := strings.Cut(ct, ";")
+	base = strings.TrimSpace(base)
+	return len(base) == len("text/event-stream") && strings.EqualFold(base, "text/event-stream")
 }
 
 // streamWriter flushes every write to the client at once.

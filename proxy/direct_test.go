@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -247,4 +248,19 @@ func headersEqual(a, b http.Header) bool {
 		}
 	}
 	return true
+}
+
+// isEventStream decides as ReverseProxy's mime.ParseMediaType does.
+func FuzzIsEventStream(f *testing.F) {
+	for _, ct := range []string{"text/event-stream", "TEXT/Event-Stream; charset=utf-8", " text/event-stream ",
+		"text/event-streams", "text/event-ſtream", "text/plain", "", ";", "text/event-stream;;", "text/event-stream; a",
+		"\ttext/event-stream\u00a0", "text/\u212aevent-stream"} {
+		f.Add(ct)
+	}
+	f.Fuzz(func(t *testing.T, ct string) {
+		mt, _, _ := mime.ParseMediaType(ct)
+		if got, want := isEventStream(ct), mt == "text/event-stream"; got != want {
+			t.Fatalf("isEventStream(%q) = %v, mime.ParseMediaType says %q", ct, got, mt)
+		}
+	})
 }
