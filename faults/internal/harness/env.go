@@ -451,6 +451,10 @@ func (e *env) checkpoint(before int64, reads []check.Op) {
 	e.checkpoints = append(e.checkpoints, checkpoint{before: before, reads: reads})
 }
 
+// checkpointLoss is the checkpoint of a store-loss scenario: reads against
+// lossAt.
+func (e *env) checkpointLoss(reads []check.Op) { e.checkpoint(e.lossAt(), reads) }
+
 // lostMarks counts, over every checkpoint, the resources whose mark is
 // below the greatest token admitted (answered 2xx) before the fault began,
 // and the sum of the differences: marks the store lost.

@@ -172,7 +172,7 @@ func (e *env) loseStore(ctx context.Context, lose func() error) error {
 		if err != nil {
 			return err
 		}
-		e.checkpoint(e.lossAt(), reads)
+		e.checkpointLoss(reads)
 	}
 	sl.restore = e.now()
 	out, err := e.operator(ctx, "store", "init", "--force")

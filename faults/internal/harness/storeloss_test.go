@@ -55,7 +55,7 @@ func TestLossAtCountsWhatTheRestoreTookBack(t *testing.T) {
 		{"a flush before anything was taken back", &env{loss: &storeLoss{start: backup - 10}}, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			c.e.checkpoint(c.e.lossAt(), reads)
+			c.e.checkpointLoss(reads)
 			if n, tok := c.e.lostMarks(ops); n != c.resources || tok != c.tokens {
 				t.Errorf("lostMarks = %d resources, %d tokens; want %d, %d", n, tok, c.resources, c.tokens)
 			}
