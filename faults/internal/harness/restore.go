@@ -73,8 +73,8 @@ const (
 // restoreProbe is what the probe of a restore scenario recorded.
 type restoreProbe struct {
 	hc     *http.Client
-	ops    []check.Op // also in the checked history (env.extra)
-	answer string     // the stale token's last answer: store-lost, admitted, stale, unavailable, failed
+	sent   int    // requests sent, for their ids (each in the checked history: addOps)
+	answer string // the stale token's last answer: store-lost, admitted, stale, unavailable, failed
 }
 
 // restoreScenario runs lose (the store goes back) as a store loss with the
@@ -130,15 +130,34 @@ func restoreScenario(lose func(ctx context.Context, e *env) error) func(ctx cont
 
 // probeSend sends token on res through replica i and requires it admitted.
 func (e *env) probeSend(i int, res string, token uint64) error {
-	pr := e.probe
-	op := check.Op{ID: fmt.Sprintf("%s-probe-%d", e.sc.name, len(pr.ops)), Client: -3, Replica: i, Resource: res, Token: token}
-	e.ld.do(pr.hc, &op)
-	pr.ops = append(pr.ops, op)
-	e.addOps(op)
-	if op.Outcome != check.Admitted {
-		return fmt.Errorf("probe %s token %d through replica %d before the store went back: %d %s", res, token, i, op.Status, op.Problem)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		op := e.probeOnce(i, res, token)
+		if op.Outcome == check.Admitted {
+			return nil
+		}
+		if !probeRetries(op) || time.Now().After(deadline) {
+			return fmt.Errorf("probe %s token %d through replica %d before the store went back: %d %s", res, token, i, op.Status, op.Problem)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return nil
+}
+
+// probeOnce sends one probe request through replica i, its operation in
+// the checked history.
+func (e *env) probeOnce(i int, res string, token uint64) check.Op {
+	pr := e.probe
+	op := check.Op{ID: fmt.Sprintf("%s-probe-%d", e.sc.name, pr.sent), Client: -3, Replica: i, Resource: res, Token: token}
+	pr.sent++
+	e.ld.do(pr.hc, &op)
+	e.addOps(op)
+	return op
+}
+
+// probeRetries reports whether op's answer says only that the store could
+// not be reached (members or a server still coming back, a broken
+// connection), for which a probe is sent again.
+func probeRetries(op check.Op) bool {
+	return op.Problem != problemStoreLost && (op.Outcome == check.Unavailable || op.Outcome == check.Failed)
 }
 
 // probeBetween runs between the backup and the restore: the probe's newer
@@ -157,11 +176,7 @@ func (e *env) probeBetween() error {
 func (e *env) probeStale(ctx context.Context) error {
 	pr := e.probe
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		op := check.Op{ID: fmt.Sprintf("%s-probe-%d", e.sc.name, len(pr.ops)), Client: -3, Replica: 1,
-			Resource: restoreProbeResource, Token: restoreProbeToken}
-		e.ld.do(pr.hc, &op)
-		pr.ops = append(pr.ops, op)
-		e.addOps(op)
+		op := e.probeOnce(1, restoreProbeResource, restoreProbeToken)
 		switch {
 		case op.Problem == problemStoreLost:
 			pr.answer = "store-lost"
