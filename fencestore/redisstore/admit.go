@@ -95,15 +95,19 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		}
 	}
 	if err != nil {
-		s.refreshSlots()
+		// An admission no pipeline took was never sent: it says nothing of
+		// the node (the group-commit queue was behind) and made no entry.
+		var notSent errNotSent
+		sent := !errors.As(err, &notSent)
+		if sent {
+			s.refreshSlots()
+		}
 		if role := roleError(err); role != nil {
 			// Redis refused the script before it ran: nothing to abandon.
 			return fencestore.Decision{}, role
 		}
-		// An OOM refusal ran nothing, and an admission no pipeline took
-		// was never sent: neither made an entry to abandon.
-		var notSent errNotSent
-		if !errors.As(err, &notSent) && (ctx.Err() != nil || (mayHaveRun(err) && !refused(err))) {
+		// An OOM refusal ran nothing: no entry to abandon either.
+		if sent && (ctx.Err() != nil || (mayHaveRun(err) && !refused(err))) {
 			s.abandon(a, fkey, fl, moot)
 		}
 		return fencestore.Decision{}, fencestore.Unavailable(fmt.Errorf("redisstore: admit %q: %w", key, err))

@@ -116,7 +116,7 @@
 // same pipeline (one script run may touch one slot only). A release the store does not acknowledge (a timeout, a lost
 // connection, a failover, READONLY) is sent again, backing off from 20ms to
 // 1s, until it is acknowledged or the in-flight key no longer keeps the
-// entry (two days past its bound, on this process's monotonic clock): not
+// entry (three days past its bound, flight.lua's GCSET, on this process's monotonic clock): not
 // only until the waiters that found it have given it up, since a request
 // admitted after an outage longer than the bound finds the entry and would
 // wait the bound out. At most a bounded number are owed at once

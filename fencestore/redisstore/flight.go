@@ -136,13 +136,10 @@ func flightMillis(a fencestore.Admission) int64 {
 	return int64(min((a.Flight+time.Millisecond-1)/time.Millisecond, maxFlightMillis))
 }
 
-// barrierArg is admit.lua's barrier argument for a: "" without one, else
+// barrierArg is admit.lua's barrier argument for a, which has a flight:
 // the bound in whole milliseconds (rounded up), '+' when busy (a request
 // of the same in-flight key is in flight here), and a new entry id.
 func (s *Store) barrierArg(a fencestore.Admission, busy bool) string {
-	if a.Flight <= 0 {
-		return ""
-	}
 	b := strconv.FormatInt(flightMillis(a), 10)
 	if busy {
 		b += "+"

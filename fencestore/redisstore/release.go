@@ -52,10 +52,12 @@ const (
 )
 
 // releaseFor is how long past its flight bound an entry's release is sent
-// again, on this process's monotonic clock: flight.lua's GC, for which
-// the in-flight key keeps an entry nobody released. Until then a request
-// admitted at any time may find the entry and wait for it.
-const releaseFor = 48 * time.Hour
+// again, on this process's monotonic clock: flight.lua's GCSET, the
+// longest the in-flight key can keep an entry nobody released (its TTL is
+// set to the longest flight plus GCSET, and renewed once it falls under
+// the flight plus GC). Until then a request admitted at any time may find
+// the entry and wait for it.
+const releaseFor = 72 * time.Hour
 
 // releaseUntil is when the release of an entry admitted at start with
 // bound is given up.
