@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,8 +10,10 @@ import (
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -37,12 +40,15 @@ import (
 // client got.
 
 // hopHeaders are the hop-by-hop headers ReverseProxy strips (RFC 9110
-// 7.6.1, and Proxy-Connection), with Expect: a request that has any of
-// them goes to the ReverseProxy.
-var hopHeaders = [...]string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect",
-}
+// 7.6.1, and Proxy-Connection); notDirect are those and Expect: a request
+// that has any of them goes to the ReverseProxy.
+var (
+	hopHeaders = [...]string{
+		"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	}
+	notDirect = append(hopHeaders[:], "Expect")
+)
 
 // forwarder forwards one route's requests: the common ones itself, the
 // rest through rp, with the same rewrite, response hook and error handler.
@@ -94,7 +100,7 @@ func direct(r *http.Request) bool {
 	if !plainQuery(r.URL.RawQuery) {
 		return false
 	}
-	for _, name := range hopHeaders {
+	for _, name := range notDirect {
 		if _, ok := r.Header[name]; ok {
 			return false
 		}
@@ -102,9 +108,17 @@ func direct(r *http.Request) bool {
 	return true
 }
 
-// plainQuery reports whether q is a query ReverseProxy sends as it is: no
-// ';' (Go no longer splits on it) and every '%' followed by two hex digits.
+// plainQuery reports whether q is a query ReverseProxy sends as it is
+// (httputil's cleanQueryParams): no ';' (Go no longer splits on it), every
+// '%' followed by two hex digits, at most maxQueryParams parameters, and
+// no urlmaxqueryparams setting in GODEBUG (with one, ReverseProxy
+// re-encodes every query). A //go:debug line in a main package would set
+// it too, and cannot be seen from here: fenceproxy's has none.
 func plainQuery(q string) bool {
+	if q != "" && queryParamsSetting {
+		return false
+	}
+	params := 1
 	for i := 0; i < len(q); i++ {
 		switch q[i] {
 		case ';':
@@ -113,10 +127,20 @@ func plainQuery(q string) bool {
 			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
 				return false
 			}
+		case '&':
+			if params++; params > maxQueryParams {
+				return false
+			}
 		}
 	}
 	return true
 }
+
+// maxQueryParams is net/url's default bound on a query's parameters, past
+// which ReverseProxy re-encodes the query (and url.ParseQuery fails).
+const maxQueryParams = 10000
+
+var queryParamsSetting = strings.Contains(os.Getenv("GODEBUG"), "urlmaxqueryparams=")
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
@@ -138,10 +162,28 @@ type outgoing struct {
 
 // noClose is the request body handed to the transport, which closes the
 // body it is given whatever happens: closing the client's body is
-// net/http's to do (ReverseProxy wraps it for the same reason).
-type noClose struct{ io.Reader }
+// net/http's to do (ReverseProxy wraps it for the same reason). Closed (by
+// the transport, or by forward when it returns), it reads nothing more:
+// http.Transport's writer may outlive the handler, and must not read the
+// client's body after it (golang/go#46866, ReverseProxy's guard too).
+type noClose struct {
+	io.Reader
+	closed atomic.Bool
+}
 
-func (noClose) Close() error { return nil }
+var errBodyAfterForward = errors.New("proxy: read of a request body after its forward ended")
+
+func (b *noClose) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, errBodyAfterForward
+	}
+	return b.Reader.Read(p)
+}
+
+func (b *noClose) Close() error {
+	b.closed.Store(true)
+	return nil
+}
 
 // Informational relays a 1xx (103 Early Hints) to the client before the
 // final answer, as ReverseProxy's client trace does.
@@ -173,6 +215,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
 		o.body.Reader = r.Body
 		out.Body = &o.body
+		defer o.body.Close()
 	}
 	// The client's own forwarding headers are dropped, as ReverseProxy
 	// drops them before a Rewrite; setXForwarded writes fenceproxy's.
@@ -260,6 +303,8 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// emptyValue is shared by every forward's header map: nothing may write
+// into it (an append copies it: it has room for one value only).
 var emptyValue = []string{""}
 
 // copyBody copies res's body to w, flushing after every write when the
@@ -357,7 +402,7 @@ func removeHopByHop(h http.Header) {
 			}
 		}
 	}
-	for _, name := range hopHeaders[:9] { // not Expect
+	for _, name := range hopHeaders {
 		delete(h, name) // Del, for a name already canonical
 	}
 }

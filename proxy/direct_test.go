@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"mime"
 	"net"
@@ -197,6 +198,7 @@ func TestDirectMatchesReverseProxy(t *testing.T) {
 		{"Connection header", "GET /c HTTP/1.1\r\nHost: svc.local\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nX-Request-Id: c3\r\n\r\n", ok5, false},
 		{"Te: trailers", "GET /c HTTP/1.1\r\nHost: svc.local\r\nTe: trailers\r\nX-Request-Id: c3\r\n\r\n", ok5, false},
 		{"query with ;", "GET /c?a=1;b=2 HTTP/1.1\r\nHost: svc.local\r\nX-Request-Id: c3\r\n\r\n", ok5, false},
+		{"10,001 query parameters", "GET /c?" + strings.Repeat("a=1&", 10000) + "a=1 HTTP/1.1\r\nHost: svc.local\r\nX-Request-Id: c3\r\n\r\n", ok5, false},
 		{"query with a stray %", "GET /c?a=%zz HTTP/1.1\r\nHost: svc.local\r\nX-Request-Id: c3\r\n\r\n", ok5, false},
 		{"chunked body", "POST /c HTTP/1.1\r\nHost: svc.local\r\nTransfer-Encoding: chunked\r\nX-Request-Id: c3\r\n\r\n3\r\nabc\r\n0\r\n\r\n", ok5, false},
 		{"Expect", "PUT /c HTTP/1.1\r\nHost: svc.local\r\nExpect: 100-continue\r\nContent-Length: 3\r\nX-Request-Id: c3\r\n\r\nabc", ok5, false},
@@ -263,4 +265,52 @@ func FuzzIsEventStream(f *testing.F) {
 			t.Fatalf("isEventStream(%q) = %v, mime.ParseMediaType says %q", ct, got, mt)
 		}
 	})
+}
+
+// stubTransport answers every request with answer, keeping the request
+// (its body unread) for the test to look at after the forward.
+type stubTransport struct {
+	answer func(*http.Request) *http.Response
+	kept   *http.Request
+}
+
+func (s *stubTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	s.kept = r
+	resp := s.answer(r)
+	resp.Request = r
+	return resp, nil
+}
+
+// Forwards through a RoundTripper of another kind than fenceproxy's: a 101
+// nobody asked for is a 502 on both paths (the inline transport refuses it
+// before the forwarder sees it), and a body the transport would still read
+// after the forward ended reads nothing, as with ReverseProxy.
+func TestDirectThroughOtherTransports(t *testing.T) {
+	up, _ := url.Parse("http://127.0.0.1:1")
+	switching := func(*http.Request) *http.Response {
+		return &http.Response{StatusCode: http.StatusSwitchingProtocols, ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}, Body: http.NoBody}
+	}
+	tr := &stubTransport{answer: switching}
+	f := newForwarder(up, tr, zap.NewNop(), NewMetrics().forRoute("r", false), "r")
+	for name, h := range map[string]http.Handler{"direct": f, "ReverseProxy": f.rp} {
+		r := httptest.NewRequest("GET", "/x", nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusBadGateway {
+			t.Errorf("%s: an unasked 101 answered %d, want 502", name, w.Code)
+		}
+	}
+
+	tr.answer = func(*http.Request) *http.Response {
+		return &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{}, Body: http.NoBody}
+	}
+	r := httptest.NewRequest("PUT", "/x", strings.NewReader("body"))
+	if !direct(r) {
+		t.Fatal("the request does not take the direct path")
+	}
+	f.ServeHTTP(httptest.NewRecorder(), r)
+	if n, err := tr.kept.Body.Read(make([]byte, 8)); !errors.Is(err, errBodyAfterForward) {
+		t.Errorf("a read of the body after the forward = %d, %v; want %v", n, err, errBodyAfterForward)
+	}
 }

@@ -21,7 +21,9 @@ import (
 // this does not write the same way (see plainRequest) goes to
 // (*http.Request).Write. Either way req.Body is closed. One difference: a
 // body's read error is returned as it is, as http.Transport returns it,
-// where (*http.Request).Write wraps it in a type of its own.
+// where (*http.Request).Write wraps it in a type of its own. And a client
+// trace's write hooks (WroteHeaderField, WroteHeaders, WroteRequest) are
+// not called: nothing of fenceproxy's sets them.
 //
 // The header names are not checked: the inline path takes only requests
 // whose names are valid (inline), and (*http.Request).Write would drop an
