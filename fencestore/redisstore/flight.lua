@@ -90,16 +90,25 @@ local function flagAll(key, order, last)
 end
 
 -- flagArgs appends to args ("0", flag) for each member of olders this run
--- has not flagged yet, and notes them as flagged.
+-- has not flagged yet, and returns args and those members (for flagged).
 local function flagArgs(args, olders)
+  local newly = {}
   for _, m in ipairs(olders) do
     if not flaggedRun[m] then
       local k = #args
       args[k + 1], args[k + 2] = '0', WAITED .. m
-      flaggedRun[m] = true
+      newly[#newly + 1] = m
     end
   end
-  return args
+  return args, newly
+end
+
+-- flagged notes members as flagged in this run, once the ZADD that flags
+-- them has succeeded (a refused one, out of memory, flagged nothing).
+local function flagged(newly)
+  for _, m in ipairs(newly) do
+    flaggedRun[m] = true
+  end
 end
 
 -- enter puts an entry for the admission (token, seq) into key, with its
@@ -154,8 +163,10 @@ local function enter(key, token, seq, bound, id, flag, busy)
       olders[SNAPSHOT + 1] = nil
       more = true
     end
-    _, err = call('ZADD', key, unpack(flagArgs(entry, olders)))
+    local args, newly = flagArgs(entry, olders)
+    _, err = call('ZADD', key, unpack(args))
     if err then return nil, nil, nil, err end
+    flagged(newly)
   else
     _, err = call('ZADD', key, unpack(entry))
     if err then return nil, nil, nil, err end
@@ -170,9 +181,12 @@ local function enter(key, token, seq, bound, id, flag, busy)
           olders[SNAPSHOT + 1] = nil
           more = true
         end
-        local args = flagArgs({}, olders)
+        local args, newly = flagArgs({}, olders)
         if not err and #args > 0 then
           _, err = call('ZADD', key, unpack(args))
+          if not err then
+            flagged(newly)
+          end
         end
       end
     end
