@@ -62,36 +62,27 @@
 -- time: every admission answers -3 with g, and nothing is written. A run
 -- that writes a mark advances g by one (HINCRBY), in the same run; a floor
 -- seen at a generation below op is set aside (regressed 2).
--- The releases riding the run, when the arguments begin with "r"; KEYS
--- and ARGV are then the rest.
+-- The releases riding the run, when the arguments begin with "r": KEYS
+-- and ARGV then hold the admissions' keys and arguments from ko + 1 and
+-- ao + 1 on (offsets, not copies: a copy of every argument of the run
+-- cost Redis as much as an admission's own arguments).
 local KEYS, ARGV = KEYS, ARGV
-local relkeys, relmembers, channel = {}, {}, nil
+local ko, ao, nrel, channel = 0, 0, 0, nil
 if ARGV[1] == 'r' then
   local r = tonumber(ARGV[2])
   if type(ARGV[2]) ~= 'string' or not canonical(ARGV[2]) or r < 1 or r > #KEYS or #ARGV < r + 3 then
     return redis.error_reply('ERR fenceproxy: releases want "r", their number, the channel, and a member each')
   end
-  channel = ARGV[3]
-  local k, a = {}, {}
-  for i = 1, r do
-    relkeys[i], relmembers[i] = KEYS[i], ARGV[3 + i]
-  end
-  for i = r + 1, #KEYS do
-    k[i - r] = KEYS[i]
-  end
-  for i = r + 4, #ARGV do
-    a[i - r - 3] = ARGV[i]
-  end
-  KEYS, ARGV = k, a
+  channel, nrel, ko, ao = ARGV[3], r, r, r + 3
 end
 
-local nkeys, nargs = #KEYS, #ARGV
+local nkeys, nargs = #KEYS - ko, #ARGV - ao
 local idkey, want, genkey, seen
 if nkeys % 2 == 1 then
-  idkey, want = KEYS[nkeys], ARGV[nargs]
+  idkey, want = KEYS[ko + nkeys], ARGV[ao + nargs]
   nkeys, nargs = nkeys - 1, nargs - 1
 elseif nkeys >= 4 and (nargs - 2) % 5 <= 1 and math.floor((nargs - 2) / 5) == nkeys / 2 - 1 then
-  idkey, genkey, want, seen = KEYS[nkeys - 1], KEYS[nkeys], ARGV[nargs - 1], ARGV[nargs]
+  idkey, genkey, want, seen = KEYS[ko + nkeys - 1], KEYS[ko + nkeys], ARGV[ao + nargs - 1], ARGV[ao + nargs]
   nkeys, nargs = nkeys - 2, nargs - 2
   if type(seen) ~= 'string' or not canonical(seen) then
     return redis.error_reply('ERR fenceproxy: the generation seen is not a canonical decimal')
@@ -106,7 +97,7 @@ if idkey ~= nil and (type(want) ~= 'string' or want == '') then
 end
 local w
 if nargs == 5 * n + 1 then
-  w = ARGV[nargs]
+  w = ARGV[ao + nargs]
   if w ~= 'w' then
     return redis.error_reply('ERR fenceproxy: the optional argument after the admissions must be w')
   end
@@ -115,7 +106,8 @@ end
 -- nothing.
 local bounds, ids, busy, floors = {}, {}, {}, {}
 for i = 1, n do
-  local token, mode, seq, fl, floor = ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 2], ARGV[5 * i - 1], ARGV[5 * i]
+  local a = ao + 5 * i
+  local token, mode, seq, fl, floor = ARGV[a - 4], ARGV[a - 3], ARGV[a - 2], ARGV[a - 1], ARGV[a]
   if type(token) ~= 'string' or not canonical(token) then
     return redis.error_reply('ERR fenceproxy: token is not a canonical decimal uint64')
   end
@@ -159,15 +151,15 @@ end
 local flagged, last = {}, {}
 for i = n, 1, -1 do
   if bounds[i] then
-    local fkey = KEYS[2 * i]
+    local fkey = KEYS[ko + 2 * i]
     flagged[i] = last[fkey] ~= nil
     last[fkey] = i
   end
 end
 
 -- The releases, ahead of every admission of the run.
-for i = 1, #relkeys do
-  release(relkeys[i], relmembers[i], channel)
+for i = 1, nrel do
+  release(KEYS[i], ARGV[3 + i], channel)
 end
 
 local out = {}
@@ -223,8 +215,9 @@ end
 local wrote = false
 
 for i = 1, n do
-  local key, fkey = KEYS[2 * i - 1], KEYS[2 * i]
-  local token, mode, seq = ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 2]
+  local key, fkey = KEYS[ko + 2 * i - 1], KEYS[ko + 2 * i]
+  local a = ao + 5 * i
+  local token, mode, seq = ARGV[a - 4], ARGV[a - 3], ARGV[a - 2]
   -- pair is the mark this admission sets when admitted.
   local pair = token
   if seq ~= '' then
@@ -283,7 +276,7 @@ for i = 1, n do
   -- The in-flight entry goes in before the mark is written: an admission
   -- whose entry fails (the in-flight key of another type, out of memory)
   -- fails as a whole and leaves the mark as it was.
-  local member, olders, more = '', {}, false
+  local member, olders, more = '', EMPTY, false
   if flag == 1 and bounds[i] then
     local m, ol, mo, ferr = enter(fkey, token, seq, bounds[i], ids[i], flagged[i], busy[i])
     if ferr then
@@ -301,7 +294,7 @@ for i = 1, n do
       flag, result = -1, serr
       if member ~= '' then
         forget(fkey, member)
-        member, olders, more = '', {}, false
+        member, olders, more = '', EMPTY, false
       end
     else
       wrote = true
@@ -317,7 +310,11 @@ for i = 1, n do
   elseif #olders > 0 then
     o = 1
   end
-  olders = table.concat(olders, ' ')
+  if #olders > 0 then
+    olders = table.concat(olders, ' ')
+  else
+    olders = ''
+  end
   local b = 7 * (i - 1)
   out[b + 1], out[b + 2], out[b + 3], out[b + 4], out[b + 5], out[b + 6] = flag, result, member, o, olders, regressed
 end

@@ -12,12 +12,6 @@
 -- bytes (ZRANGEBYLEX, string equality), never Lua's '<' on strings, which
 -- follows the server's locale.
 
--- pad writes canonical decimal s in 20 digits, so that the bytes sort as
--- the numbers do.
-local function pad(s)
-  return string.rep('0', 20 - #s) .. s
-end
-
 -- GC is how long past the longest flight entered in an in-flight key the
 -- key is kept (two days, in milliseconds): its TTL only collects a key that
 -- nobody enters any more, never an entry anybody may still wait for, so a
@@ -66,6 +60,24 @@ local function ttlFor(bound, flight)
     ttls[bound] = ttl
   end
   return ttl
+end
+
+-- NOSEQ is the order's sequence field of an admission without one, with
+-- the colons either side; EMPTY is the snapshot of an admission that found
+-- nothing in flight (never written: a look replaces it).
+local NOSEQ = ':--------------------:'
+local EMPTY = {}
+
+-- suffixes maps each flight bound (milliseconds, as the argument gives it)
+-- of this run to a member's bound field in 12 digits and the ':' after it.
+local suffixes = {}
+local function suffixFor(bound)
+  local sfx = suffixes[bound]
+  if sfx == nil then
+    sfx = string.rep('0', 12 - #bound) .. bound .. ':'
+    suffixes[bound] = sfx
+  end
+  return sfx
 end
 
 -- flagAll flags every entry of key ordered before order and after last,
@@ -134,29 +146,33 @@ end
 -- contended admission costs what it did before the common case lost its
 -- look. Either order decides alike: busy is a hint, never a premise.
 local function enter(key, token, seq, bound, id, flag, busy)
-  local order = pad(token) .. ':'
+  -- The member in one concatenation (one string made, not one per part),
+  -- the bound's field cut once per run (suffixFor); its order (the first
+  -- 41 bytes) is cut only for a look.
+  local member
   if seq == '' then
-    order = order .. '--------------------'
+    member = string.rep('0', 20 - #token) .. token .. NOSEQ .. suffixFor(bound) .. id
   else
-    order = order .. pad(seq)
+    member = string.rep('0', 20 - #token) .. token .. ':' .. string.rep('0', 20 - #seq) .. seq .. ':' .. suffixFor(bound) .. id
   end
-  local member = order .. ':' .. string.rep('0', 12 - #bound) .. bound .. ':' .. id
+  local order
   local flight = tonumber(bound)
   -- need: this run has not made sure of the key's TTL for this flight.
   local need = ensured[key] == nil or ensured[key] < flight
-  local olders, more, looked = {}, false, false
+  local olders, more, looked = EMPTY, false, false
   local _, err
   if busy then
+    order = string.sub(member, 1, 41)
     olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', '0', LIMIT)
     if err then return nil, nil, nil, err end
     looked = true
   end
-  local entry = {'0', member}
-  if flag then
-    entry[3], entry[4] = '0', WAITED .. member
-  end
   local set = 0
   if #olders > 0 then
+    local entry = {'0', member}
+    if flag then
+      entry[3], entry[4] = '0', WAITED .. member
+    end
     if #olders > SNAPSHOT then
       err = flagAll(key, order, olders[SNAPSHOT])
       if err then return nil, nil, nil, err end
@@ -168,12 +184,17 @@ local function enter(key, token, seq, bound, id, flag, busy)
     if err then return nil, nil, nil, err end
     flagged(newly)
   else
-    _, err = call('ZADD', key, unpack(entry))
+    if flag then
+      _, err = call('ZADD', key, '0', member, '0', WAITED .. member)
+    else
+      _, err = call('ZADD', key, '0', member)
+    end
     if err then return nil, nil, nil, err end
     if need then
       set, err = call('PEXPIRE', key, ttlFor(bound, flight), 'NX')
     end
     if not err and set ~= 1 and not looked then
+      order = string.sub(member, 1, 41)
       olders, err = call('ZRANGEBYLEX', key, '-', '(' .. order, 'LIMIT', '0', LIMIT)
       if not err and #olders > 0 then
         if #olders > SNAPSHOT then
