@@ -42,14 +42,14 @@ func TestCloseFlushesReleases(t *testing.T) {
 // place (it is not the oldest any more).
 func TestReleaseQueueDropsOldest(t *testing.T) {
 	b := &batcher{rels: make(map[string]time.Time), log: zap.NewNop()}
-	b.relq.max = 3
+	b.relMax = 3
 	later := time.Now().Add(time.Hour)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, k := range []string{"a", "b", "c"} {
 		b.queueRel(k, later)
 	}
-	delete(b.rels, "a")    // taken by a batch
+	b.unqueueRel("a")      // taken by a batch
 	b.queueRel("b", later) // queued again: keeps its place
 	b.queueRel("a", later) // back after a failure: queued last now
 	b.queueRel("d", later) // full: b goes
@@ -61,6 +61,9 @@ func TestReleaseQueueDropsOldest(t *testing.T) {
 		if _, ok := b.rels[tc.key]; ok != tc.queued {
 			t.Errorf("%s queued = %v, want %v (queue %v)", tc.key, ok, tc.queued, b.rels)
 		}
+	}
+	if b.relq.Len() != len(b.rels) {
+		t.Errorf("%d keys in the order for %d queued", b.relq.Len(), len(b.rels))
 	}
 	if b.droppedTotal != 2 {
 		t.Errorf("dropped %d, want 2", b.droppedTotal)
