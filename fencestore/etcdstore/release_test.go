@@ -68,4 +68,17 @@ func TestReleaseQueueDropsOldest(t *testing.T) {
 	if b.droppedTotal != 2 {
 		t.Errorf("dropped %d, want 2", b.droppedTotal)
 	}
+	// A batch takes them all; the queue fills again from empty, and the
+	// first queued now is the first dropped (a place the batch left behind
+	// would make room for nothing).
+	b.maxOps, b.maxBytes = defaultMaxTxnOps, maxBatchBytes
+	if got := b.take(); len(got.rels) != 3 || len(b.rels) != 0 || b.relq.Len() != 0 {
+		t.Fatalf("take: %d releases, %d left, %d in the order", len(got.rels), len(b.rels), b.relq.Len())
+	}
+	for _, k := range []string{"w", "x", "y", "z"} {
+		b.queueRel(k, later)
+	}
+	if _, ok := b.rels["w"]; ok || len(b.rels) != 3 || b.droppedTotal != 3 {
+		t.Errorf("after a batch, 4 queued in 3 places: %v, %d dropped; want w dropped", b.rels, b.droppedTotal)
+	}
 }

@@ -58,11 +58,11 @@ type pendingReleases struct {
 // A spare release goes first: one that may hold nobody back, an abandon
 // (r.abandons: its admission may never have run) or a release
 // acknowledged already and sent again only in case a failover lost it
-// (resend). In a partition every admission that
-// times out brings an abandon, and they would otherwise push out releases
-// whose entries certainly hold requests back. Among the spare ones, and
-// then among the others, the oldest goes, not the newest: it is the
-// likeliest to have been abandoned by its waiters already.
+// (resend). In a partition every admission that times out brings an
+// abandon, and they would otherwise push out releases whose entries
+// certainly hold requests back. Among the spare ones, and then among the
+// others, the oldest goes, not the newest: it is the likeliest to have
+// been abandoned by its waiters already.
 func (p *pendingReleases) add(r release, until time.Time) (oldest release, dropped bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
