@@ -148,9 +148,10 @@ type batcher struct {
 
 	mu      sync.Mutex
 	queue   []*queued
-	rels    map[string]time.Time // by key, its moot time: a key released twice is deleted once
-	relq    relQueue             // the order rels were queued in, to drop the oldest (release.go)
-	dropped int                  // releases dropped since a batch last took some
+	rels    map[string]time.Time         // by key, its moot time: a key released twice is deleted once
+	relq    fencestore.JoinOrder[string] // the order rels were queued in, to drop the oldest (release.go)
+	relMax  int                          // a bound below maxQueuedReleases (tests)
+	dropped int                          // releases dropped since a batch last took some
 	// droppedTotal counts every release dropped (DroppedReleases).
 	droppedTotal uint64
 	// relsAfter is when the releases may go again after a failure, and
@@ -250,6 +251,7 @@ func (b *batcher) close() {
 		}
 	}
 	clear(b.rels)
+	b.relq.Reset()
 }
 
 func (q *queued) answer(r reply) {
@@ -354,7 +356,7 @@ func (b *batcher) take() batch {
 	}
 	for key, moot := range b.rels {
 		if !now.Before(moot) {
-			delete(b.rels, key) // its record can hold nobody back any more
+			b.unqueueRel(key) // its record can hold nobody back any more
 			continue
 		}
 		if len(t.adms)+len(t.rels)+1+depth > b.maxOps || size+len(key)+deleteBytes > b.maxBytes {
@@ -362,7 +364,7 @@ func (b *batcher) take() batch {
 		}
 		t.rels = append(t.rels, rel{key: key, moot: moot})
 		size += len(key) + deleteBytes
-		delete(b.rels, key)
+		b.unqueueRel(key)
 	}
 	if len(t.rels) > 0 {
 		b.dropped = 0

@@ -56,7 +56,7 @@ func (b *batcher) queueRel(key string, moot time.Time) {
 		return
 	}
 	if len(b.rels) >= max(b.maxRels(), 1) {
-		if old, ok := b.relq.oldest(b.rels); ok {
+		if old, ok := b.relq.Oldest(); ok {
 			delete(b.rels, old)
 			b.droppedTotal++
 			if b.dropped++; b.dropped == 1 {
@@ -66,80 +66,22 @@ func (b *batcher) queueRel(key string, moot time.Time) {
 		}
 	}
 	b.rels[key] = moot
-	b.relq.push(key, b.rels)
+	b.relq.Push(key)
+}
+
+// unqueueRel takes key out of rels (a batch took it, or it is moot), and
+// out of their order. b.mu is held.
+func (b *batcher) unqueueRel(key string) {
+	delete(b.rels, key)
+	b.relq.Remove(key)
 }
 
 // maxRels is maxQueuedReleases, or the tests' smaller bound.
 func (b *batcher) maxRels() int {
-	if b.relq.max > 0 {
-		return b.relq.max
+	if b.relMax > 0 {
+		return b.relMax
 	}
 	return maxQueuedReleases
-}
-
-// relQueue is the order releases were queued in. A key taken since (sent,
-// given up) or queued again later leaves a stale place behind, skipped
-// when met and swept once the stale places outnumber the live ones.
-type relQueue struct {
-	order []relAt
-	seq   map[string]uint64 // each queued key's latest place
-	next  uint64
-	max   int // a bound below maxQueuedReleases (tests)
-}
-
-type relAt struct {
-	key string
-	seq uint64
-}
-
-// push records key as queued last in rels (which holds it already).
-func (q *relQueue) push(key string, rels map[string]time.Time) {
-	if q.seq == nil {
-		q.seq = make(map[string]uint64)
-	}
-	q.next++
-	q.seq[key] = q.next
-	q.order = append(q.order, relAt{key: key, seq: q.next})
-	if len(q.order) > 2*len(rels)+64 {
-		q.sweep(rels)
-	}
-}
-
-// oldest removes and returns the key queued the longest ago that is still
-// in rels.
-func (q *relQueue) oldest(rels map[string]time.Time) (string, bool) {
-	for len(q.order) > 0 {
-		at := q.order[0]
-		q.order = q.order[1:]
-		if q.live(at, rels) {
-			delete(q.seq, at.key)
-			return at.key, true
-		}
-	}
-	return "", false
-}
-
-// live reports whether at is the place of a key still in rels, not queued
-// again since.
-func (q *relQueue) live(at relAt, rels map[string]time.Time) bool {
-	_, queued := rels[at.key]
-	return queued && q.seq[at.key] == at.seq
-}
-
-// sweep drops the stale places, and the places of keys no longer in rels.
-func (q *relQueue) sweep(rels map[string]time.Time) {
-	live := q.order[:0]
-	for _, at := range q.order {
-		if q.live(at, rels) {
-			live = append(live, at)
-		}
-	}
-	clear(q.order[len(live):])
-	q.order = live
-	clear(q.seq)
-	for _, at := range q.order {
-		q.seq[at.key] = at.seq
-	}
 }
 
 // acked notes that a transaction with releases succeeded: the next

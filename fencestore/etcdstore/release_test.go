@@ -42,14 +42,14 @@ func TestCloseFlushesReleases(t *testing.T) {
 // place (it is not the oldest any more).
 func TestReleaseQueueDropsOldest(t *testing.T) {
 	b := &batcher{rels: make(map[string]time.Time), log: zap.NewNop()}
-	b.relq.max = 3
+	b.relMax = 3
 	later := time.Now().Add(time.Hour)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, k := range []string{"a", "b", "c"} {
 		b.queueRel(k, later)
 	}
-	delete(b.rels, "a")    // taken by a batch
+	b.unqueueRel("a")      // taken by a batch
 	b.queueRel("b", later) // queued again: keeps its place
 	b.queueRel("a", later) // back after a failure: queued last now
 	b.queueRel("d", later) // full: b goes
@@ -62,7 +62,23 @@ func TestReleaseQueueDropsOldest(t *testing.T) {
 			t.Errorf("%s queued = %v, want %v (queue %v)", tc.key, ok, tc.queued, b.rels)
 		}
 	}
+	if b.relq.Len() != len(b.rels) {
+		t.Errorf("%d keys in the order for %d queued", b.relq.Len(), len(b.rels))
+	}
 	if b.droppedTotal != 2 {
 		t.Errorf("dropped %d, want 2", b.droppedTotal)
+	}
+	// A batch takes them all; the queue fills again from empty, and the
+	// first queued now is the first dropped (a place the batch left behind
+	// would make room for nothing).
+	b.maxOps, b.maxBytes = defaultMaxTxnOps, maxBatchBytes
+	if got := b.take(); len(got.rels) != 3 || len(b.rels) != 0 || b.relq.Len() != 0 {
+		t.Fatalf("take: %d releases, %d left, %d in the order", len(got.rels), len(b.rels), b.relq.Len())
+	}
+	for _, k := range []string{"w", "x", "y", "z"} {
+		b.queueRel(k, later)
+	}
+	if _, ok := b.rels["w"]; ok || len(b.rels) != 3 || b.droppedTotal != 3 {
+		t.Errorf("after a batch, 4 queued in 3 places: %v, %d dropped; want w dropped", b.rels, b.droppedTotal)
 	}
 }

@@ -120,8 +120,9 @@
 // only until the waiters that found it have given it up, since a request
 // admitted after an outage longer than the bound finds the entry and would
 // wait the bound out. At most a bounded number are owed at once
-// (1024, or four times MaxBatch per pipeline): past it the oldest is
-// dropped, logged and counted (Store.DroppedReleases); the releases acknowledged in the last five seconds
+// (1024, or four times MaxBatch per pipeline): past it the oldest abandon
+// (or release sent again) is dropped, else the oldest release, logged and
+// counted (Store.DroppedReleases); the releases acknowledged in the last five seconds
 // are sent again when the subscription comes back after a break (a
 // promoted replica may lack them; on a Cluster or Ring only a break of
 // the node holding the subscription does that), and, on a Cluster, at most

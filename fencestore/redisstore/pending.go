@@ -3,13 +3,15 @@ package redisstore
 import (
 	"sync"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
 // pending is one release in the pending set.
 type pending struct {
 	sent      bool      // its owner (a pipeline, an admission, a sender of its own) sends it
+	spare     bool      // it may hold nobody back (add): dropped before the others
 	until     time.Time // given up from then on (zero: one attempt)
-	seq       uint64    // its place in the order releases joined the set
 	notBefore time.Time // backoff: not taken before then
 	wait      time.Duration
 }
@@ -25,14 +27,19 @@ type ackedRelease struct {
 // the two travel apart: the pipeline that carries an admission also
 // carries the pending releases of the key it enters, ahead of it, on the
 // same connection. A release twice is harmless (the second finds nothing,
-// and announces nothing). Bounded: when the set is full, the release that
-// joined it first is dropped to make room (add), and its entry is then
-// left to its waiters' clocks.
+// and announces nothing). Bounded: when the set is full, a release is
+// dropped to make room (add), the spare one that joined it first, else the
+// one that joined it first, and its entry is then left to its waiters'
+// clocks.
 type pendingReleases struct {
 	mu  sync.Mutex
 	m   map[release]*pending
 	max int
-	seq uint64
+	// owed and spare are the order in which the releases of m joined it,
+	// those that hold an entry back for sure and the spare ones apart:
+	// finding the oldest costs O(1) amortised, not a scan of m under mu
+	// for each release while a long outage keeps the set full.
+	owed, spare fencestore.JoinOrder[release]
 	// retry, when set, is called (once per backoff) when a release sent
 	// again becomes due.
 	retry    func()
@@ -43,12 +50,19 @@ type pendingReleases struct {
 }
 
 // add puts r in the set, to be sent until until; a release already there
-// keeps its place. When the set is full, the release that joined it first
+// keeps its place (and its kind). When the set is full, one release
 // leaves it to make room: add returns it, and dropped true. Its sender, if
 // it has one, stops at its next attempt (sending), and its entry holds
 // the requests that wait for it until each has watched it for its bound.
-// The oldest goes, not the newest: it is the likeliest to have been
-// abandoned by its waiters already.
+//
+// A spare release goes first: one that may hold nobody back, an abandon
+// (r.abandons: its admission may never have run) or a release
+// acknowledged already and sent again only in case a failover lost it
+// (resend). In a partition every admission that times out brings an
+// abandon, and they would otherwise push out releases whose entries
+// certainly hold requests back. Among the spare ones, and then among the
+// others, the oldest goes, not the newest: it is the likeliest to have
+// been abandoned by its waiters already.
 func (p *pendingReleases) add(r release, until time.Time) (oldest release, dropped bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -59,18 +73,45 @@ func (p *pendingReleases) add(r release, until time.Time) (oldest release, dropp
 		p.m = make(map[release]*pending)
 	}
 	if len(p.m) >= max(p.max, 1) {
-		var first *pending
-		for o, e := range p.m {
-			if first == nil || e.seq < first.seq {
-				oldest, first = o, e
-			}
-		}
-		delete(p.m, oldest)
-		dropped = true
+		oldest, dropped = p.dropOne()
 	}
-	p.seq++
-	p.m[r] = &pending{until: until, seq: p.seq}
+	p.join(r, until, r.abandons())
 	return oldest, dropped
+}
+
+// dropOne removes the oldest spare release, else the oldest, and returns
+// it. p.mu is held.
+func (p *pendingReleases) dropOne() (release, bool) {
+	r, ok := p.spare.Oldest()
+	if !ok {
+		r, ok = p.owed.Oldest()
+	}
+	if ok {
+		delete(p.m, r)
+	}
+	return r, ok
+}
+
+// join puts r, not in the set, in it last. p.mu is held.
+func (p *pendingReleases) join(r release, until time.Time, spare bool) {
+	p.m[r] = &pending{until: until, spare: spare}
+	if spare {
+		p.spare.Push(r)
+	} else {
+		p.owed.Push(r)
+	}
+}
+
+// forget removes r from the set and from its order. p.mu is held.
+func (p *pendingReleases) forget(r release) {
+	if e := p.m[r]; e != nil {
+		delete(p.m, r)
+		if e.spare {
+			p.spare.Remove(r)
+		} else {
+			p.owed.Remove(r)
+		}
+	}
 }
 
 // sending reports whether r is still in the set: its sender goes on
@@ -172,7 +213,7 @@ func (p *pendingReleases) done(rs []release) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range rs {
-		delete(p.m, r)
+		p.forget(r)
 	}
 }
 
@@ -219,26 +260,31 @@ func (p *pendingReleases) trimRecent(now time.Time) {
 	}
 }
 
-// recentReleases returns the releases acknowledged in the last recentFor
-// that are not given up yet, to be sent again: newest first, and only as
-// many as the set has room for beside what it owes.
-func (p *pendingReleases) recentReleases() []ackedRelease {
+// resend puts back in the set the releases acknowledged in the last
+// recentFor that are not given up and not owed already, to be sent again,
+// and returns them. Newest first (a promoted replica that missed some
+// misses the newest, which replication had least time to carry), and no
+// more than the set has room for now: one sent again must never push out
+// one still owed. It joins the set as spare (add), so that a release made
+// later pushes it out before any owed one. All under one hold of p.mu: a
+// release added between counting the room and filling it would have made
+// one of them drop a release still owed.
+func (p *pendingReleases) resend() []ackedRelease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.trimRecent(now)
-	// Newest first, and no more than the set has room for: a release sent
-	// again must never push out one still owed (add drops the oldest when
-	// the set is full), and a promoted replica that missed some misses the
-	// newest, which replication had least time to carry.
-	room := max(p.max, 1) - len(p.m)
+	if p.m == nil {
+		p.m = make(map[release]*pending)
+	}
 	var out []ackedRelease
-	for i := len(p.recent) - 1; i >= 0 && len(out) < room; i-- {
-		if r := p.recent[i]; now.Before(r.until) {
-			if _, owed := p.m[r.release]; !owed {
-				out = append(out, r)
-			}
+	for i := len(p.recent) - 1; i >= 0 && len(p.m) < max(p.max, 1); i-- {
+		r := p.recent[i]
+		if _, owed := p.m[r.release]; owed || !now.Before(r.until) {
+			continue
 		}
+		p.join(r.release, r.until, true)
+		out = append(out, r)
 	}
 	return out
 }
@@ -262,7 +308,7 @@ func (p *pendingReleases) failed(rs []release) (gaveUp []release) {
 		}
 		next := now.Add(e.wait)
 		if !next.Before(e.until) {
-			delete(p.m, r)
+			p.forget(r)
 			gaveUp = append(gaveUp, r)
 			continue
 		}

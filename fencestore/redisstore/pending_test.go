@@ -69,30 +69,21 @@ func TestRecentReleasesFitBesideOwed(t *testing.T) {
 	for _, r := range owed {
 		p.add(r, until)
 	}
-	got := p.recentReleases()
+	got := p.resend()
 	if len(got) != 2 {
-		t.Fatalf("%d releases to send again beside 2 owed in a set of 4: %v", len(got), got)
-	}
-	for _, r := range got {
-		for _, o := range owed {
-			if r.release == o {
-				t.Fatalf("%v is owed already, and sent again", o)
-			}
-		}
+		t.Fatalf("%d releases sent again beside 2 owed in a set of 4: %v", len(got), got)
 	}
 	// j is owed again: i, then h.
 	if got[0].release != acked[8] || got[1].release != acked[7] {
 		t.Fatalf("sent again %v, %v; want the newest not owed, %v then %v", got[0].release, got[1].release, acked[8], acked[7])
 	}
-	// Sending them drops nothing owed.
-	for _, r := range got {
-		if old, dropped := p.add(r.release, r.until); dropped {
-			t.Fatalf("sending %v again dropped %v", r.release, old)
+	for _, r := range append(owed, acked[8], acked[7]) {
+		if !p.sending(r) {
+			t.Fatalf("%v not in the set after the resend", r)
 		}
 	}
-	for _, o := range owed {
-		if !p.sending(o) {
-			t.Fatalf("%v, owed, left the set", o)
-		}
+	// The set is full: another resend adds nothing.
+	if again := p.resend(); len(again) != 0 {
+		t.Fatalf("a full set took %v more", again)
 	}
 }

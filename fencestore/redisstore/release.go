@@ -29,8 +29,9 @@ import (
 // admitted later (after an outage longer than the bound, say) finds the
 // entry still there and watches it from its own admission, so a release
 // dropped then would hold it for the whole bound. The pending set bounds
-// what is owed (pending.go): when it is full, the oldest release is
-// dropped, counted (DroppedReleases) and logged. A release is
+// what is owed (pending.go): when it is full, the oldest abandon (or
+// release sent again) is dropped, else the oldest release, counted
+// (DroppedReleases) and logged. A release is
 // idempotent (the second finds nothing and announces nothing), so sending
 // one twice is harmless; the releases acknowledged in the last few seconds
 // are sent again when the store's subscription comes back after a break (a
@@ -104,7 +105,18 @@ func (s *Store) abandon(a fencestore.Admission, fkey, fl string, until time.Time
 	if !ok {
 		return
 	}
-	s.release(release{key: fkey, member: order41(a.Order()) + ":*:" + id}, until, false)
+	s.release(release{key: fkey, member: order41(a.Order()) + abandonMark + id}, until, false)
+}
+
+// abandonMark stands in an abandon's member where a member holds its
+// bound (bytes 42 to 44, after the order's 41): flight.lua tells an
+// abandon by it.
+const abandonMark = ":*:"
+
+// abandons reports whether r is an abandon's (abandon), as flight.lua
+// tells one: the pending set drops those first when it is full.
+func (r release) abandons() bool {
+	return len(r.member) >= 41+len(abandonMark) && r.member[41:41+len(abandonMark)] == abandonMark
 }
 
 // release sends r, again until it is acknowledged or until is past (the
@@ -112,10 +124,10 @@ func (s *Store) abandon(a fencestore.Admission, fkey, fl string, until time.Time
 // next pipeline takes (at once when urgent, else after a linger for an
 // admission to ride: batch.go), or, without batching, a goroutine of its
 // own sends; while it is there, an admission that enters its key carries
-// it too, ahead of itself. A full set drops its oldest release to make
-// room (pendingReleases.add): the store's outage then holds later requests
-// no more than the set's size of releases can, and no goroutine piles up
-// per release.
+// it too, ahead of itself. A full set drops its oldest abandon, else its
+// oldest release, to make room (pendingReleases.add): the store's outage
+// then holds later requests no more than the set's size of releases can,
+// and no goroutine piles up per release.
 func (s *Store) release(r release, until time.Time, urgent bool) {
 	if breakNoRetry {
 		// The fault suite's control (break.go): one attempt, and, since
@@ -126,6 +138,12 @@ func (s *Store) release(r release, until time.Time, urgent bool) {
 	if old, dropped := s.pend.add(r, until); dropped {
 		s.releaseDropped(old)
 	}
+	s.wakeSender(r, until, urgent)
+}
+
+// wakeSender has r, in the pending set, sent: the batcher's next pipeline
+// takes it, or, without batching, a goroutine of its own (sendAlone).
+func (s *Store) wakeSender(r release, until time.Time, urgent bool) {
 	if s.batch != nil {
 		if urgent {
 			s.batch.releasedNow()
@@ -284,11 +302,11 @@ func (s *Store) settleRiders(owned []release, err error) {
 
 // resendRecent sends again the releases acknowledged in the last recentFor
 // that are not given up (the newest, as many as the pending set has room
-// for: recentReleases): the store came back after a break, maybe on a
-// replica promoted without them.
+// for, never at the cost of one owed: pendingReleases.resend): the store
+// came back after a break, maybe on a replica promoted without them.
 func (s *Store) resendRecent() {
-	for _, r := range s.pend.recentReleases() {
-		s.release(r.release, r.until, true)
+	for _, r := range s.pend.resend() {
+		s.wakeSender(r.release, r.until, true)
 	}
 }
 

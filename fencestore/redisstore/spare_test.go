@@ -1,0 +1,262 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/fencestore"
+	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+)
+
+// abandonOf is the release abandon sends for an admission of token with
+// id on key: its member names the order and id, not the bound.
+func abandonOf(key string, token uint64, id string) release {
+	return release{key: key, member: order41(fencestore.Mark{Token: token}) + abandonMark + id}
+}
+
+// releaseOf is the release of an entry admitted with token, bound and id
+// on key, its member as flight.lua makes it.
+func releaseOf(key string, token uint64, id string) release {
+	return release{key: key, member: order41(fencestore.Mark{Token: token}) + ":000000060000:" + id}
+}
+
+// An abandon is told from its member as flight.lua tells it: ":*:" where
+// a member holds its bound.
+func TestReleaseAbandons(t *testing.T) {
+	seq := order41(fencestore.Mark{Token: 3, Sequence: 9, HasSequence: true})
+	for _, tc := range []struct {
+		name   string
+		r      release
+		abandn bool
+	}{
+		{"entry", releaseOf("k", 7, "id1"), false},
+		{"abandon", abandonOf("k", 7, "id1"), true},
+		{"abandon with a sequence", release{key: "k", member: seq + abandonMark + "id1"}, true},
+		{"entry with a sequence", release{key: "k", member: seq + ":000000000500:id1"}, false},
+		{"star in the id", release{key: "k", member: order41(fencestore.Mark{Token: 7}) + ":000000000500:a:*:b"}, false},
+		{"short", release{key: "k", member: ":*:"}, false},
+	} {
+		if got := tc.r.abandons(); got != tc.abandn {
+			t.Errorf("%s: %q abandons = %v, want %v", tc.name, tc.r.member, got, tc.abandn)
+		}
+	}
+}
+
+// A full pending set drops the oldest abandon before any release whose
+// entry certainly exists, and the oldest release only when it holds no
+// abandon: in a partition, the abandons of timed-out admissions must not
+// push out the releases the store owes for sure.
+func TestPendingDropsAbandonFirst(t *testing.T) {
+	r1, r2, r3, r4 := releaseOf("k1", 1, "a"), releaseOf("k2", 2, "b"), releaseOf("k3", 3, "c"), releaseOf("k4", 4, "d")
+	a1, a2, a3 := abandonOf("k5", 5, "e"), abandonOf("k6", 6, "f"), abandonOf("k7", 7, "g")
+	type step struct {
+		add     release
+		done    bool    // done(add) instead of add(add)
+		dropped release // zero: none
+	}
+	for _, tc := range []struct {
+		name  string
+		fill  []release // added first, below the bound of 3
+		steps []step
+		left  []release
+	}{
+		{name: "an abandon goes before an older release", fill: []release{r1, a1, r2},
+			steps: []step{{add: r3, dropped: a1}}, left: []release{r1, r2, r3}},
+		{name: "the oldest abandon goes first", fill: []release{a1, r1, a2},
+			steps: []step{{add: r2, dropped: a1}, {add: r3, dropped: a2}}, left: []release{r1, r2, r3}},
+		{name: "no abandon: the oldest release", fill: []release{r1, r2, r3},
+			steps: []step{{add: r4, dropped: r1}}, left: []release{r2, r3, r4}},
+		{name: "an abandon joins a full set of releases, then goes first", fill: []release{r1, r2, r3},
+			steps: []step{{add: a1, dropped: r1}, {add: r4, dropped: a1}}, left: []release{r2, r3, r4}},
+		{name: "an abandon dropped makes room for another", fill: []release{r1, r2, a1},
+			steps: []step{{add: a2, dropped: a1}, {add: a3, dropped: a2}}, left: []release{r1, r2, a3}},
+		{name: "an abandon acknowledged leaves no place behind", fill: []release{a1, r1, r2},
+			steps: []step{{add: a1, done: true}, {add: a2}, {add: r3, dropped: a2}}, left: []release{r1, r2, r3}},
+		{name: "an abandon added again keeps its place", fill: []release{a1, a2, r1},
+			steps: []step{{add: a1}, {add: r2, dropped: a1}}, left: []release{a2, r1, r2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p pendingReleases
+			p.max = 3
+			until := time.Now().Add(time.Hour)
+			for _, r := range tc.fill {
+				if old, dropped := p.add(r, until); dropped {
+					t.Fatalf("add(%v) below the bound dropped %v", r, old)
+				}
+			}
+			for i, s := range tc.steps {
+				if s.done {
+					p.done([]release{s.add})
+					continue
+				}
+				old, dropped := p.add(s.add, until)
+				if want := s.dropped != (release{}); dropped != want || old != s.dropped {
+					t.Fatalf("step %d: add(%v) dropped (%v, %v), want %v", i, s.add, old, dropped, s.dropped)
+				}
+			}
+			if len(p.m) != len(tc.left) {
+				t.Fatalf("%d in the set, want %v", len(p.m), tc.left)
+			}
+			for _, r := range tc.left {
+				if !p.sending(r) {
+					t.Errorf("%v not in the set", r)
+				}
+			}
+		})
+	}
+}
+
+// Releases sent again after a break never cost one still owed, even when
+// releases are made while they are put back: the resend fills only the
+// room there is, and the releases it puts back are the first to go when
+// the set is full. Run with -race: the resend and the adds interleave
+// anyhow, many times over.
+func TestResendDropsNothingOwed(t *testing.T) {
+	const (
+		size   = 8
+		owed   = 2        // in the set when the resend starts
+		later  = size - 2 // made during the resend: with the owed, they fill the set
+		recent = 6
+		rounds = 300
+	)
+	for round := range rounds {
+		var p pendingReleases
+		p.max = size
+		until := time.Now().Add(time.Hour)
+		for i := range recent {
+			r := releaseOf("acked", uint64(i), fmt.Sprint(round))
+			p.add(r, until)
+			p.ackedEach([]release{r})
+		}
+		var owes []release
+		for i := range owed + later {
+			owes = append(owes, releaseOf(fmt.Sprint("k", i), uint64(i), fmt.Sprint(round)))
+		}
+		for _, r := range owes[:owed] {
+			p.add(r, until)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var drops []release
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			p.resend()
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			for _, r := range owes[owed:] {
+				if old, dropped := p.add(r, until); dropped {
+					mu.Lock()
+					drops = append(drops, old)
+					mu.Unlock()
+				}
+			}
+		}()
+		close(start)
+		wg.Wait()
+		for _, r := range owes {
+			if !p.sending(r) {
+				t.Fatalf("round %d: %v, owed, left the set (dropped: %v)", round, r, drops)
+			}
+		}
+		if len(p.m) > size {
+			t.Fatalf("round %d: %d in a set of %d", round, len(p.m), size)
+		}
+	}
+}
+
+// A timed-out admission's abandon, made by a real store against a frozen
+// Redis, is the one a full pending set drops: the releases of flights that
+// certainly ran stay owed, and reach the store once it answers again.
+func TestPartitionDropsAbandonFirst(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s := New(redis.NewClient(srv.Options()), Options{KeyPrefix: "spare:", MaxBatch: -1})
+	t.Cleanup(func() { srv.Cont(); _ = s.Close() })
+	s.pend.mu.Lock()
+	s.pend.max = 3
+	s.pend.mu.Unlock()
+	ctx := t.Context()
+	// Three flights that certainly ran, on connections ready before the
+	// freeze.
+	var fs []fencestore.Flight
+	for _, res := range []string{"r1", "r2", "r4"} {
+		d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 1, Flight: time.Minute})
+		if err != nil || !d.Flight.Registered() {
+			t.Fatalf("Admit(%s) = %+v, %v", res, d, err)
+		}
+		fs = append(fs, d.Flight)
+	}
+	srv.Stop()
+	s.Release(fs[0])
+	s.Release(fs[1])
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := s.Admit(actx, fencestore.Admission{Resource: "r3", Token: 1, Flight: time.Minute})
+	cancel()
+	if !errors.Is(err, fencestore.ErrUnavailable) {
+		t.Fatalf("Admit against a frozen Redis = %v, want unavailable", err)
+	}
+	fkey3, _ := flightKey("spare:r3")
+	spare := func() (n int) {
+		s.pend.mu.Lock()
+		defer s.pend.mu.Unlock()
+		for r, e := range s.pend.m {
+			if r.key == fkey3 && e.spare {
+				n++
+			}
+		}
+		return n
+	}
+	if n := spare(); n != 1 {
+		t.Fatalf("%d spare releases of the timed-out admission owed, want its abandon", n)
+	}
+	s.Release(fs[2]) // the set is full: the abandon goes
+	if n := s.DroppedReleases(); n != 1 {
+		t.Fatalf("DroppedReleases = %d, want 1", n)
+	}
+	if n := spare(); n != 0 {
+		t.Fatalf("the abandon still owed after a release made room")
+	}
+	for _, f := range fs {
+		if !s.pend.sending(release{key: f.Key, member: f.Ref}) {
+			t.Fatalf("the release of %s left the set", f.Key)
+		}
+	}
+	srv.Cont()
+	redistest.Poll(t, 20*time.Second, "the owed releases acknowledged", func() error {
+		for _, f := range fs {
+			if err := c.ZScore(ctx, f.Key, f.Ref).Err(); !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("entry %s of %s: ZSCORE = %v", f.Ref, f.Key, err)
+			}
+		}
+		return nil
+	})
+}
+
+// add on a full set, as in a long outage: every release makes room.
+func BenchmarkPendingAddFull(b *testing.B) {
+	var p pendingReleases
+	p.max = maxPendingReleases
+	until := time.Now().Add(time.Hour)
+	for i := range p.max {
+		p.add(releaseOf("k", uint64(i), "x"), until)
+	}
+	rs := make([]release, 4096)
+	for i := range rs {
+		rs[i] = releaseOf("k", uint64(p.max+i), "y")
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		p.add(rs[i%len(rs)], until)
+	}
+}
