@@ -147,17 +147,19 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) Pid() int { return s.proc.Pid() }
 
 // Client returns a client of the server with the options fenceproxy needs
-// (ContextTimeoutEnabled, no retries), closed when the test ends.
+// (ContextTimeoutEnabled, no retries, RESP2), closed when the test ends.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	c := redis.NewClient(s.Options())
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-// Options returns client options for the server, as Client uses them.
+// Options returns client options for the server, as Client uses them:
+// RESP2, as fenceproxy's own client speaks unless told otherwise.
 func (s *Server) Options() *redis.Options {
 	return &redis.Options{
 		Addr:                  s.Addr(),
+		Protocol:              2,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 	}
