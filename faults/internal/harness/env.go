@@ -200,6 +200,8 @@ type env struct {
 	bolt []*boltVariant
 	// clusterKills are cluster-failover's rounds (cluster.go).
 	clusterKills []clusterKill
+	// shardKill is cluster-shard-kill's (clustershardkill.go).
+	shardKill *shardKill
 }
 
 type checkpoint struct {

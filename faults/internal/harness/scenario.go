@@ -36,6 +36,10 @@ func scenarios(p params) []*scenario {
 		// promoted, the killed node back as its replica; the other shards
 		// serve throughout.
 		{name: "cluster-failover", topo: redisCluster, inject: clusterFailover, expect: expectCluster, fields: clusterFields},
+		// A shard's replica and master SIGKILLed: no failover possible; its
+		// resources refused (fail closed), the others served, until it
+		// comes back on its files.
+		{name: "cluster-shard-kill", topo: redisCluster, inject: clusterShardKill, judge: judgeShardKill, expect: expectShardKill, fields: shardKillFields},
 		{name: "sentinel-failover-nowait", measure: true, topo: sentinelNoWait, inject: failover, fields: lostHealedFields, healed: true},
 		// Three etcd members; the leader SIGKILLed mid-load, a new one
 		// elected, the killed member restarted on its data.
