@@ -343,3 +343,21 @@ func victimShard(shards []clusterShard) (clusterShard, []string, error) {
 	}
 	return shards[v], others, nil
 }
+
+// noteDropped adds releases_dropped: fenceproxy_drain_releases_dropped_total
+// summed over the replicas (releases of the barrier dropped unacknowledged
+// because too many were owed at once; each entry then holds its resource's
+// newer requests until their waiters give it up: drain_expired,
+// drain_timeout). Reported, not judged.
+func (e *env) noteDropped() error {
+	var sum float64
+	for _, r := range e.proxies {
+		v, err := r.metric("fenceproxy_drain_releases_dropped_total")
+		if err != nil {
+			return err
+		}
+		sum += v
+	}
+	e.note("releases_dropped=%.0f", sum)
+	return nil
+}

@@ -94,7 +94,10 @@ func clusterFailover(ctx context.Context, e *env) error {
 		e.logf("SIGKILL master %s pid %d (resources %s); %s promoted after %v; %s rejoined as its replica after %v",
 			old.Addr(), pid, strings.Join(sh.resources, ","), next.Addr(), dur(k.promoted-k.start), old.Addr(), dur(k.rejoined-k.start))
 	}
-	return e.sleep(ctx, e.p.cooldown)
+	if err := e.sleep(ctx, e.p.cooldown); err != nil {
+		return err
+	}
+	return e.noteDropped()
 }
 
 // liveNode is a node that runs (the first one not killed): a killed one

@@ -109,7 +109,10 @@ func clusterShardKill(ctx context.Context, e *env) error {
 	e.fault(k.start, -1)
 	e.logf("SIGKILL replica %s and master %s (resources %s); master restarted after %v, serving after %v; replica in sync after %v",
 		replica.Addr(), master.Addr(), strings.Join(sh.resources, ","), dur(k.back-k.start), dur(k.served-k.start), dur(k.rejoined-k.start))
-	return e.sleep(ctx, e.p.cooldown)
+	if err := e.sleep(ctx, e.p.cooldown); err != nil {
+		return err
+	}
+	return e.noteDropped()
 }
 
 // shardKillFigures: the dead shard's requests sent after its master's kill
