@@ -215,3 +215,35 @@ func checkSpread(t *testing.T, shards []clusterShard, resources int) {
 		t.Fatal(err)
 	}
 }
+
+// TestShardKillJudged: a request for the dead shard's resources sent
+// after its master's kill and answered 2xx before its restart is a
+// violation, not a fault that failed to show; refusals and the other
+// shards' admissions are what a passing run shows.
+func TestShardKillJudged(t *testing.T) {
+	k := &shardKill{victim: []string{"r1"}, others: []string{"r0"}, start: 90, dead: 100, back: 200}
+	refused := check.Op{Resource: "r1", Outcome: check.Unavailable, Status: 503, Call: 110, Return: 120}
+	admitted := check.Op{Resource: "r1", Outcome: check.Admitted, Status: 200, Call: 110, Return: 120}
+	before := check.Op{Resource: "r1", Outcome: check.Admitted, Status: 200, Call: 95, Return: 120} // sent before the kill
+	other := check.Op{Resource: "r0", Outcome: check.Admitted, Status: 200, Call: 110, Return: 120}
+	for _, tc := range []struct {
+		name       string
+		ops        []check.Op
+		violations int
+		problems   int
+	}{
+		{"fail closed", []check.Op{refused, before, other}, 0, 0},
+		{"admitted while down", []check.Op{admitted, other}, 1, 0},
+		{"nothing refused", []check.Op{before, other}, 0, 1},
+		{"other shards idle", []check.Op{refused}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &env{shardKill: k}
+			var res Result
+			judgeShardKill(e, tc.ops, &res)
+			if p := expectShardKill(e, tc.ops); len(res.Violations) != tc.violations || len(p) != tc.problems {
+				t.Fatalf("violations %v, problems %v; want %d and %d", res.Violations, p, tc.violations, tc.problems)
+			}
+		})
+	}
+}
