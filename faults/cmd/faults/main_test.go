@@ -63,6 +63,9 @@ func TestBrokenSystemsFail(t *testing.T) {
 	}{
 		// Each replica on its own memory store: cross-replica fencing gone.
 		{"memory", "load", []string{"stale_admissions", "unfenced_forwards", "regressions"}, nil},
+		// The same on a Redis Cluster with a whole shard down: the dead
+		// shard's resources are admitted (2xx) while no node holds them.
+		{"memory", "cluster-shard-kill", []string{"stale_admissions", "unfenced_forwards", "dead_shard_2xx"}, nil},
 		// Refused requests also reach the upstream by another path.
 		{"bypass", "load", []string{"unfenced_forwards"}, []string{"stale_admissions", "regressions"}},
 		// Redis without AOF, killed, and both replicas restarted with it:
@@ -254,6 +257,37 @@ func TestFailoverBarrierPasses(t *testing.T) {
 	r := decimal(t, f, "resume_s")
 	if f["verdict"] != "pass" || r > 5 || num(t, f, "resources_not_resumed") != 0 {
 		t.Errorf("failover-barrier: %v", f)
+	}
+}
+
+// A Redis Cluster: a shard's master killed under load and its replica
+// promoted loses no admitted mark, and the other shards admit through the
+// failover; a shard down whole gets nothing admitted for its resources.
+// The "memory" control fails the second.
+func TestClusterPasses(t *testing.T) {
+	for _, c := range []struct {
+		scenario      string
+		nonzero, zero []string
+	}{
+		{"cluster-failover", []string{"other_shards_2xx", "killed_shard_unavailable"}, []string{"lost_marks"}},
+		{"cluster-shard-kill", []string{"other_shards_2xx", "dead_shard_unavailable"}, []string{"lost_marks", "dead_shard_2xx"}},
+	} {
+		t.Run(c.scenario, func(t *testing.T) {
+			f := fields(t, runPassing(t, c.scenario), "scenario="+c.scenario+" ")
+			for _, k := range c.nonzero {
+				if num(t, f, k) == 0 {
+					t.Errorf("%s=0: %v", k, f)
+				}
+			}
+			for _, k := range c.zero {
+				if num(t, f, k) != 0 {
+					t.Errorf("%s=%s, want 0: %v", k, f[k], f)
+				}
+			}
+			if f["verdict"] != "pass" {
+				t.Errorf("verdict=%s: %v", f["verdict"], f)
+			}
+		})
 	}
 }
 

@@ -64,6 +64,7 @@ const (
 	sentinelTwo                    // master + 2 replicas + 3 sentinels, MIN_REPLICAS=1 (failover-barrier)
 	etcdCluster                    // three etcd members (etcdtest), FENCE_STORE=etcd
 	boltFiles                      // each replica on a bolt file of its own (the default store)
+	redisCluster                   // 3 masters, each with 1 replica (Redis Cluster), MIN_REPLICAS=1
 )
 
 // scenario is one fault (or load) pattern.
@@ -142,6 +143,7 @@ type env struct {
 	replica  *Redis
 	replica2 *Redis // sentinelTwo's second replica
 	sents    *sentinelGroup
+	nodes    []*Redis // redisCluster's nodes: the first three started as masters
 	proxies  []*Replica
 	rc       redis.UniversalClient // the reader's client (Redis topologies)
 	etcd     *etcdtest.Cluster     // the etcd topology's members
@@ -196,6 +198,10 @@ type env struct {
 	probe *restoreProbe
 	// bolt are bolt-restore's variants (boltrestore.go).
 	bolt []*boltVariant
+	// clusterKills are cluster-failover's rounds (cluster.go).
+	clusterKills []clusterKill
+	// shardKill is cluster-shard-kill's (clustershardkill.go).
+	shardKill *shardKill
 }
 
 type checkpoint struct {
@@ -321,6 +327,10 @@ func (e *env) setup() error {
 		if err := e.startEtcd(proxyEnv); err != nil {
 			return err
 		}
+	case redisCluster:
+		if err := e.startCluster(proxyEnv); err != nil {
+			return err
+		}
 	}
 	if e.opts.Break == "memory" {
 		// Each replica keeps its own marks: cross-replica fencing is gone.
@@ -350,6 +360,9 @@ func (e *env) setup() error {
 		e.rd = newReader(e.rc, e.clock, "fence:", p.resources)
 		if e.sc.topo == sentinelWait || e.sc.topo == sentinelTwo {
 			e.rd.minReplicas = 1
+		}
+		if cc, ok := e.rc.(*redis.ClusterClient); ok {
+			e.rd.fetchSome = clusterFetch(cc, 1)
 		}
 	}
 	if e.ec != nil {

@@ -22,6 +22,10 @@ type reader struct {
 	// fetch reads every mark, in the order of keys (0: none); nil means
 	// MGET on c.
 	fetch func(ctx context.Context, keys []string) ([]uint64, error)
+	// fetchSome, when set, reads what it can (a Cluster: shard by shard);
+	// ok says which marks it read. The others are left out of the history,
+	// and read returns an error naming them.
+	fetchSome func(ctx context.Context, keys []string) (marks []uint64, ok []bool, err error)
 	// minReplicas, when above zero, keeps only the reads that many replicas
 	// have acknowledged: with FENCE_REDIS_MIN_REPLICAS only acknowledged marks
 	// are promised to survive a failover, and the primary also holds marks of
@@ -52,8 +56,11 @@ func (rd *reader) read(timeout time.Duration) error {
 	defer cancel()
 	call := rd.clock.now()
 	var marks []uint64
+	var ok []bool
 	var err error
-	if rd.fetch != nil {
+	if rd.fetchSome != nil {
+		marks, ok, err = rd.fetchSome(ctx, rd.keys)
+	} else if rd.fetch != nil {
 		marks, err = rd.fetch(ctx, rd.keys)
 	} else {
 		var vals []any
@@ -62,14 +69,23 @@ func (rd *reader) read(timeout time.Duration) error {
 		}
 	}
 	ret := rd.clock.now()
-	if err != nil {
+	if err != nil && ok == nil {
 		return err
 	}
 	ops := rd.readOps(marks, call, ret)
+	if ok != nil {
+		kept := ops[:0]
+		for i, o := range ops { // readOps keeps the order of keys
+			if ok[i] {
+				kept = append(kept, o)
+			}
+		}
+		ops = kept
+	}
 	rd.mu.Lock()
 	rd.ops = append(rd.ops, ops...)
 	rd.mu.Unlock()
-	return nil
+	return err
 }
 
 // mget reads every mark. With minReplicas it also publishes on the same

@@ -32,6 +32,14 @@ func scenarios(p params) []*scenario {
 		{name: "slow-body", topo: single, workers: 4, upstreamTimeout: 5 * time.Second, inject: slowBody, judge: judgeSlowBody, fields: slowBodyFields},
 		{name: "slow-upstream", topo: single, upstreamTimeout: 5 * time.Second, inject: slowUpstream, hold: holdOneIn(holdEvery, holdMin, holdMax), fields: slowUpstreamFields, judge: judgeSlowUpstream},
 		{name: "sentinel-failover", topo: sentinelWait, inject: failover, expect: expectUnavailable(-1), fields: lostFields},
+		// A Redis Cluster shard's master SIGKILLed mid-load, its replica
+		// promoted, the killed node back as its replica; the other shards
+		// serve throughout.
+		{name: "cluster-failover", topo: redisCluster, inject: clusterFailover, expect: expectCluster, fields: clusterFields},
+		// A shard's replica and master SIGKILLed: no failover possible; its
+		// resources refused (fail closed), the others served, until it
+		// comes back on its files.
+		{name: "cluster-shard-kill", topo: redisCluster, inject: clusterShardKill, judge: judgeShardKill, expect: expectShardKill, fields: shardKillFields},
 		{name: "sentinel-failover-nowait", measure: true, topo: sentinelNoWait, inject: failover, fields: lostHealedFields, healed: true},
 		// Three etcd members; the leader SIGKILLed mid-load, a new one
 		// elected, the killed member restarted on its data.
