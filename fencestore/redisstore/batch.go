@@ -106,6 +106,8 @@ type batcher struct {
 	stop     chan struct{} // closed by close: workers drain and exit
 	stopped  chan struct{} // closed once they have
 	wg       sync.WaitGroup
+	// lanes are the masters' on a Cluster (lanes.go).
+	lanes lanes
 	// onExec, when set (tests), learns how many admissions and releases
 	// each pipeline carries.
 	onExec func(admissions, releases int)
@@ -248,6 +250,10 @@ func (b *batcher) run() {
 		}
 		var own int
 		rels, own = b.pend.take(rels[:0], fkeys)
+		if b.cluster != nil {
+			b.dispatchNodes(batch, rels, own)
+			continue
+		}
 		var errs []error
 		cmds, errs = b.exec(batch, rels, cmds[:0])
 		b.settle(rels[:own], errs)
@@ -327,6 +333,25 @@ func (b *batcher) releaseFailed(key string, err error) {
 // exec sends one pipeline for batch and rels, answers each admission, and
 // returns each release's error (aligned with rels).
 func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) ([]*redis.Cmd, []error) {
+	errs := make([]error, len(rels))
+	b.exchange(batch, len(rels), func(ctx context.Context, live []*admission) {
+		switch {
+		case b.oneCall:
+			b.execOne(ctx, live, rels, errs)
+		case b.cluster != nil:
+			b.execNodes(ctx, live, rels, errs)
+		default:
+			cmds = pipelineScripts(ctx, b.client, b.channel, live, rels, cmds, errs, scriptOpts{})
+		}
+	})
+	return cmds, errs
+}
+
+// exchange runs send for the admissions of batch whose callers still wait
+// (live) and nrels releases, within the latest of their deadlines, reports
+// the exchange (observe), and answers each admission. send sets each
+// admission's reply or error.
+func (b *batcher) exchange(batch []*admission, nrels int, send func(ctx context.Context, live []*admission)) {
 	// An admission whose caller already gave up is not sent: it was
 	// answered 503, and not running it keeps the mark from advancing for it.
 	live := batch[:0]
@@ -348,11 +373,11 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) ([
 			deadline = d
 		}
 	}
-	if len(live) == 0 && len(rels) == 0 {
-		return cmds, nil
+	if len(live) == 0 && nrels == 0 {
+		return
 	}
 	if b.onExec != nil {
-		b.onExec(len(live), len(rels))
+		b.onExec(len(live), nrels)
 	}
 	ctx := context.Background()
 	if len(live) == 0 {
@@ -365,23 +390,14 @@ func (b *batcher) exec(batch []*admission, rels []release, cmds []*redis.Cmd) ([
 		defer cancel()
 	}
 	start := time.Now()
-	errs := make([]error, len(rels))
-	switch {
-	case b.oneCall:
-		b.execOne(ctx, live, rels, errs)
-	case b.cluster != nil:
-		b.execNodes(ctx, live, rels, errs)
-	default:
-		cmds = pipelineScripts(ctx, b.client, b.channel, live, rels, cmds, errs, scriptOpts{})
-	}
+	send(ctx, live)
 	if b.observe != nil {
 		// Failed as the etcd store reports it: the exchange gave no answer
 		// (its deadline passed, or none of its admissions got a reply).
 		failed := ctx.Err() != nil || len(live) > 0 && !slices.ContainsFunc(live, func(a *admission) bool { return a.err == nil })
-		b.observe(fencestore.RoundTrip{Admissions: len(live), Releases: len(rels), Duration: time.Since(start), Failed: failed})
+		b.observe(fencestore.RoundTrip{Admissions: len(live), Releases: nrels, Duration: time.Since(start), Failed: failed})
 	}
 	for _, a := range live {
 		a.done <- struct{}{}
 	}
-	return cmds, errs
 }

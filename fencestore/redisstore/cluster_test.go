@@ -434,3 +434,88 @@ func nodeDo(t testing.TB, addr string, args ...any) any {
 	}
 	return r
 }
+
+// TestClusterStalledShardHoldsNoOther: a master that stops answering
+// (SIGSTOP: a host that crashed, whose connections neither answer nor
+// reset) holds back only the admissions of its own slots. Those of the
+// other masters, queued beside them in the same batches, are answered at
+// once: each master's pipelines run in a lane of their own, and no batch
+// waits for a slow master's answer before it answers the others or before
+// its worker takes the next batch.
+func TestClusterStalledShardHoldsNoOther(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	s, cc, prefix := newClusterStore(t, cluster, redisstore.Options{}, nil)
+	ctx := t.Context()
+	stalled := cluster.Nodes[0]
+	var onStalled, healthy []string
+	for i := 0; len(onStalled) < 4 || len(healthy) < 4; i++ {
+		res := "orders/" + strconv.Itoa(i)
+		node, err := cc.MasterForKey(ctx, prefix+res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Options().Addr == stalled.Addr() {
+			if len(onStalled) < 4 {
+				onStalled = append(onStalled, res)
+			}
+		} else if len(healthy) < 4 {
+			healthy = append(healthy, res)
+		}
+	}
+	admit := func(res string, token uint64) error {
+		actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		d, err := s.Admit(actx, fencestore.Admission{Resource: res, Token: token, Flight: time.Minute})
+		if err != nil {
+			return err
+		}
+		if !d.Admitted {
+			return fmt.Errorf("token %d refused: %+v", token, d)
+		}
+		s.Release(d.Flight)
+		return nil
+	}
+	// Every master's connections and the slot map in place first.
+	for _, res := range append(append([]string{}, onStalled...), healthy...) {
+		if err := admit(res, 1); err != nil {
+			t.Fatalf("%s: %v", res, err)
+		}
+	}
+	stalled.Stop()
+	t.Cleanup(stalled.Cont)
+	// Less than the cluster's node timeout (2 s): the other masters do not
+	// mark the stalled one failed, and keep serving their slots.
+	until := time.Now().Add(1200 * time.Millisecond)
+	var okHealthy, failedHealthy, okStalled atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for _, res := range onStalled {
+		wg.Go(func() {
+			for token := uint64(2); time.Now().Before(until); token++ {
+				if admit(res, token) == nil {
+					okStalled.Add(1)
+				}
+			}
+		})
+	}
+	for _, res := range healthy {
+		wg.Go(func() {
+			for token := uint64(2); time.Now().Before(until); token++ {
+				if err := admit(res, token); err != nil {
+					failedHealthy.Add(1)
+					firstErr.CompareAndSwap(nil, fmt.Sprintf("%s token %d: %v", res, token, err))
+				} else {
+					okHealthy.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if okStalled.Load() != 0 {
+		t.Errorf("%d admissions on the stopped master answered", okStalled.Load())
+	}
+	if failedHealthy.Load() != 0 || okHealthy.Load() == 0 {
+		t.Errorf("other masters: %d admissions failed (first: %v), %d admitted; want none failed",
+			failedHealthy.Load(), firstErr.Load(), okHealthy.Load())
+	}
+}

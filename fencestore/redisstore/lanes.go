@@ -1,0 +1,169 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Lanes: group commit on a Cluster. A batch's admissions and releases go
+// to many masters (execNodes says how each is sent), and one master that
+// stops answering (a host that crashed: no answer, no reset, until the
+// cluster fails it over) must not hold back the others. So a worker does
+// not send a Cluster batch itself: it splits it by master and hands each
+// part to that master's lane, then takes the next batch at once. A lane
+// runs at most pipelinesPerLane pipelines to its master at a time; parts
+// that come while they are all in flight wait in the lane's backlog, and
+// the next pipeline carries all of them at once, releases ahead of
+// admissions as in any pipeline (a release only ever runs earlier than it
+// must: it was made once its request had ended). Each part's admissions
+// are answered as soon as its own master answers, whatever the others do.
+//
+// Without lanes, a batch answered none of its admissions before its
+// slowest master did, and the pipelines' workers, each waiting on one,
+// took no new batch meanwhile: a stopped master turned every other
+// master's admissions into timeouts (TestClusterStalledShardHoldsNoOther).
+
+// pipelinesPerLane is how many pipelines a lane runs to its master at a
+// time: as many as a single server gets (DefaultPipelines), so that a
+// master's own admissions batch as they would there.
+const pipelinesPerLane = DefaultPipelines
+
+// part is what a batch sends to one master: its admissions, and its
+// releases with, for each, whether the worker owns it (settles it with
+// the pending set) or only carries it again ahead of an admission.
+type part struct {
+	node  *redis.Client
+	live  []*admission
+	rels  []release
+	owned []bool
+}
+
+// lane is one master's: its pipelines in flight, and the parts waiting.
+type lane struct {
+	busy    int
+	backlog []*part
+}
+
+// lanes are the masters' lanes, by node client. A lane with nothing in
+// flight is removed: a master replaced in a failover leaves none behind.
+type lanes struct {
+	mu sync.Mutex
+	m  map[*redis.Client]*lane
+}
+
+// dispatchNodes splits a Cluster batch by master and hands each part to its
+// lane. rels[:own] are the worker's own releases. An admission or release
+// whose master cannot be found (no slot map yet) fails at once.
+func (b *batcher) dispatchNodes(batch []*admission, rels []release, own int) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	parts := make(map[*redis.Client]*part)
+	partFor := func(key string) (*part, error) {
+		node, err := b.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		p := parts[node]
+		if p == nil {
+			p = &part{node: node}
+			parts[node] = p
+		}
+		return p, nil
+	}
+	var lost []release
+	var lostErrs []error
+	for i, r := range rels {
+		p, err := partFor(r.key)
+		if err != nil {
+			if i < own {
+				lost, lostErrs = append(lost, r), append(lostErrs, err)
+			}
+			continue
+		}
+		p.rels, p.owned = append(p.rels, r), append(p.owned, i < own)
+	}
+	for _, a := range batch {
+		p, err := partFor(a.keys[0])
+		if err != nil {
+			// Answered without taken: nothing was sent (errNotSent, for
+			// a caller that gave up meanwhile).
+			a.err = err
+			a.done <- struct{}{}
+			continue
+		}
+		p.live = append(p.live, a)
+	}
+	b.settle(lost, lostErrs)
+	for _, p := range parts {
+		b.lanes.submit(b, p)
+	}
+}
+
+// submit starts p on its lane, or leaves it in the lane's backlog when the
+// lane's pipelines are all in flight.
+func (l *lanes) submit(b *batcher, p *part) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = make(map[*redis.Client]*lane)
+	}
+	ln := l.m[p.node]
+	if ln == nil {
+		ln = &lane{}
+		l.m[p.node] = ln
+	}
+	if ln.busy >= pipelinesPerLane {
+		ln.backlog = append(ln.backlog, p)
+		l.mu.Unlock()
+		return
+	}
+	ln.busy++
+	l.mu.Unlock()
+	// The worker that submits is counted in b.wg, so close's Wait cannot
+	// have returned: the lane's pipelines finish before the client closes.
+	b.wg.Add(1)
+	go b.runLane(p)
+}
+
+// next returns the lane's backlog as one part, or nil (the pipeline ends)
+// when there is none.
+func (l *lanes) next(node *redis.Client) *part {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.m[node]
+	if len(ln.backlog) == 0 {
+		if ln.busy--; ln.busy == 0 {
+			delete(l.m, node)
+		}
+		return nil
+	}
+	p := &part{node: node}
+	for _, q := range ln.backlog {
+		p.rels, p.owned = append(p.rels, q.rels...), append(p.owned, q.owned...)
+		p.live = append(p.live, q.live...)
+	}
+	clear(ln.backlog)
+	ln.backlog = ln.backlog[:0]
+	return p
+}
+
+// runLane sends p, then whatever waited in the lane meanwhile, until the
+// lane's backlog is empty.
+func (b *batcher) runLane(p *part) {
+	defer b.wg.Done()
+	for ; p != nil; p = b.lanes.next(p.node) {
+		errs := make([]error, len(p.rels))
+		b.exchange(p.live, len(p.rels), func(ctx context.Context, live []*admission) {
+			pipelineScripts(ctx, p.node, b.channel, live, p.rels, make([]*redis.Cmd, 0, len(live)), errs, scriptOpts{})
+		})
+		var mine []release
+		var mineErrs []error
+		for i, r := range p.rels {
+			if p.owned[i] {
+				mine, mineErrs = append(mine, r), append(mineErrs, errs[i])
+			}
+		}
+		b.settle(mine, mineErrs)
+	}
+}
