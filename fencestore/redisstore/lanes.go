@@ -31,12 +31,14 @@ import (
 const pipelinesPerLane = DefaultPipelines
 
 // part is what a batch sends to one master: its admissions, and its
-// releases with, for each, whether the worker owns it (settles it with
-// the pending set) or only carries it again ahead of an admission.
+// releases with, for each, its place in the batch's releases (at) and, in
+// a lane, whether the worker owns it (settles it with the pending set) or
+// only carries it again ahead of an admission (owned).
 type part struct {
 	node  *redis.Client
 	live  []*admission
 	rels  []release
+	at    []int
 	owned []bool
 }
 
@@ -59,44 +61,26 @@ type lanes struct {
 func (b *batcher) dispatchNodes(batch []*admission, rels []release, own int) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	parts := make(map[*redis.Client]*part)
-	partFor := func(key string) (*part, error) {
-		node, err := b.cluster.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		p := parts[node]
-		if p == nil {
-			p = &part{node: node}
-			parts[node] = p
-		}
-		return p, nil
+	errs := make([]error, len(rels))
+	parts, failed := b.byMaster(ctx, batch, rels, errs)
+	for _, a := range failed {
+		// Answered without taken: nothing was sent (errNotSent, for a
+		// caller that gave up meanwhile).
+		a.done <- struct{}{}
 	}
 	var lost []release
 	var lostErrs []error
-	for i, r := range rels {
-		p, err := partFor(r.key)
+	for i, err := range errs[:own] {
 		if err != nil {
-			if i < own {
-				lost, lostErrs = append(lost, r), append(lostErrs, err)
-			}
-			continue
+			lost, lostErrs = append(lost, rels[i]), append(lostErrs, err)
 		}
-		p.rels, p.owned = append(p.rels, r), append(p.owned, i < own)
-	}
-	for _, a := range batch {
-		p, err := partFor(a.keys[0])
-		if err != nil {
-			// Answered without taken: nothing was sent (errNotSent, for
-			// a caller that gave up meanwhile).
-			a.err = err
-			a.done <- struct{}{}
-			continue
-		}
-		p.live = append(p.live, a)
 	}
 	b.settle(lost, lostErrs)
 	for _, p := range parts {
+		p.owned = make([]bool, len(p.rels))
+		for j, i := range p.at {
+			p.owned[j] = i < own
+		}
 		b.lanes.submit(b, p)
 	}
 }

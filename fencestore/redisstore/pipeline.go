@@ -184,52 +184,63 @@ type scriptPipeliner interface {
 // A redirection (MOVED, ASK: the slot is elsewhere, or moving) is answered
 // as the error it is; the script did not run. Following it would take a
 // client for an address the ClusterClient does not lend out.
+//
+// execNodes sends all the parts of one batch and returns once every master
+// answered: it serves the releases a closing store still sends (drain).
+// A worker's batches go through the masters' lanes instead (lanes.go), so
+// that one master's silence holds back no other's.
 func (b *batcher) execNodes(ctx context.Context, live []*admission, rels []release, errs []error) {
-	type group struct {
-		live []*admission
-		rels []release
-		at   []int // each release's place in rels
-	}
-	groups := make(map[*redis.Client]*group)
-	groupFor := func(key string) (*group, error) {
-		node, err := b.cluster.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		g := groups[node]
-		if g == nil {
-			g = &group{}
-			groups[node] = g
-		}
-		return g, nil
-	}
-	for i, r := range rels {
-		g, err := groupFor(r.key)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		g.rels, g.at = append(g.rels, r), append(g.at, i)
-	}
-	for _, a := range live {
-		g, err := groupFor(a.keys[0])
-		if err != nil {
-			a.err = err
-			continue
-		}
-		g.live = append(g.live, a)
-	}
+	parts, _ := b.byMaster(ctx, live, rels, errs)
 	var wg sync.WaitGroup
-	for node, g := range groups {
+	for _, p := range parts {
 		wg.Go(func() {
-			gerrs := make([]error, len(g.rels))
-			pipelineScripts(ctx, node, b.channel, g.live, g.rels, make([]*redis.Cmd, 0, len(g.live)), gerrs, scriptOpts{})
-			for j, err := range gerrs {
-				errs[g.at[j]] = err
+			perrs := make([]error, len(p.rels))
+			pipelineScripts(ctx, p.node, b.channel, p.live, p.rels, make([]*redis.Cmd, 0, len(p.live)), perrs, scriptOpts{})
+			for j, err := range perrs {
+				errs[p.at[j]] = err
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// byMaster splits live and rels by the master that owns their keys (an
+// admission's two keys share a slot: flightKey); each part's releases
+// keep their place in rels (at). An admission whose master cannot be found
+// (no slot map) gets the error, and is returned in failed; a release's goes
+// in errs, at its place.
+func (b *batcher) byMaster(ctx context.Context, live []*admission, rels []release, errs []error) (parts map[*redis.Client]*part, failed []*admission) {
+	parts = make(map[*redis.Client]*part)
+	partFor := func(key string) (*part, error) {
+		node, err := b.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		p := parts[node]
+		if p == nil {
+			p = &part{node: node}
+			parts[node] = p
+		}
+		return p, nil
+	}
+	for i, r := range rels {
+		p, err := partFor(r.key)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		p.rels, p.at = append(p.rels, r), append(p.at, i)
+	}
+	for _, a := range live {
+		p, err := partFor(a.keys[0])
+		if err != nil {
+			a.err = err
+			failed = append(failed, a)
+			continue
+		}
+		p.live = append(p.live, a)
+	}
+	return parts, failed
 }
 
 // execOne admits live with one run of admit.lua over all their keys, in

@@ -318,6 +318,19 @@ func (e *env) shards(via *Redis) ([]clusterShard, error) {
 // default prefix; no hash tag, so the slot is the whole key's).
 func markKey(resource string) string { return "fence:res/" + resource }
 
+// nextVictim waits for round's turn (pause), then picks the shard to kill
+// as the cluster is now (victimShard), and the other shards' resources.
+func (e *env) nextVictim(ctx context.Context, round int) (clusterShard, []string, error) {
+	if err := e.pause(ctx, round); err != nil {
+		return clusterShard{}, nil, err
+	}
+	shards, err := e.shards(e.liveNode())
+	if err != nil {
+		return clusterShard{}, nil, err
+	}
+	return victimShard(shards)
+}
+
 // victimShard picks the shard to kill: the one holding the most of the
 // load's resources, provided the others hold some too (or the scenario
 // could not show them serving).

@@ -28,14 +28,7 @@ type clusterKill struct {
 // repeats on the shard that holds the most resources at the time.
 func clusterFailover(ctx context.Context, e *env) error {
 	for i := range e.p.rounds {
-		if err := e.pause(ctx, i); err != nil {
-			return err
-		}
-		shards, err := e.shards(e.liveNode())
-		if err != nil {
-			return err
-		}
-		sh, others, err := victimShard(shards)
+		sh, others, err := e.nextVictim(ctx, i)
 		if err != nil {
 			return err
 		}

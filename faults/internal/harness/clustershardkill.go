@@ -35,14 +35,7 @@ type shardKill struct {
 }
 
 func clusterShardKill(ctx context.Context, e *env) error {
-	if err := e.pause(ctx, 0); err != nil {
-		return err
-	}
-	shards, err := e.shards(e.liveNode())
-	if err != nil {
-		return err
-	}
-	sh, others, err := victimShard(shards)
+	sh, others, err := e.nextVictim(ctx, 0)
 	if err != nil {
 		return err
 	}
