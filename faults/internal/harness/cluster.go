@@ -318,6 +318,28 @@ func (e *env) shards(via *Redis) ([]clusterShard, error) {
 // default prefix; no hash tag, so the slot is the whole key's).
 func markKey(resource string) string { return "fence:res/" + resource }
 
+// rejoin restarts node on its files and waits until it serves as
+// master's replica: linked and in sync, known to the cluster, and master
+// acknowledging writes again (WAIT, which the proxies run).
+func rejoin(node, master *Redis) error {
+	if err := node.Restart(); err != nil {
+		return err
+	}
+	return waitFor(node.Proc, 30*time.Second, node.Name+" rejoins as "+master.Name+"'s replica", func() error {
+		info, err := redistest.Info(node.Addr(), nil, "replication")
+		if err != nil {
+			return err
+		}
+		if info["role"] != "slave" || info["master_link_status"] != "up" || info["master_port"] != strconv.Itoa(master.Port) {
+			return fmt.Errorf("role %s link %s master_port %s", info["role"], info["master_link_status"], info["master_port"])
+		}
+		if err := redistest.ClusterReady(node.Addr(), clusterNodes); err != nil {
+			return err
+		}
+		return redistest.WaitAcks(master.Addr())
+	})
+}
+
 // nextVictim waits for round's turn (pause), then picks the shard to kill
 // as the cluster is now (victimShard), and the other shards' resources.
 func (e *env) nextVictim(ctx context.Context, round int) (clusterShard, []string, error) {

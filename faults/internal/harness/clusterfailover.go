@@ -60,23 +60,7 @@ func clusterFailover(ctx context.Context, e *env) error {
 		}
 		k.promoted = e.now()
 		e.promoted = k.promoted
-		if err := old.Restart(); err != nil {
-			return err
-		}
-		err = waitFor(old.Proc, 30*time.Second, old.Name+" rejoins as "+next.Name+"'s replica", func() error {
-			info, err := redistest.Info(old.Addr(), nil, "replication")
-			if err != nil {
-				return err
-			}
-			if info["role"] != "slave" || info["master_link_status"] != "up" || info["master_port"] != strconv.Itoa(next.Port) {
-				return fmt.Errorf("role %s link %s master_port %s", info["role"], info["master_link_status"], info["master_port"])
-			}
-			if err := redistest.ClusterReady(old.Addr(), clusterNodes); err != nil {
-				return err
-			}
-			return redistest.WaitAcks(next.Addr())
-		})
-		if err != nil {
+		if err := rejoin(old, next); err != nil {
 			return err
 		}
 		k.rejoined = e.now()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -79,20 +78,7 @@ func clusterShardKill(ctx context.Context, e *env) error {
 		}
 		e.checkpoint(k.start, reads)
 	}
-	if err := replica.Restart(); err != nil {
-		return err
-	}
-	err = waitFor(replica.Proc, 30*time.Second, replica.Name+" rejoins as "+master.Name+"'s replica", func() error {
-		info, err := redistest.Info(replica.Addr(), nil, "replication")
-		if err != nil {
-			return err
-		}
-		if info["role"] != "slave" || info["master_link_status"] != "up" || info["master_port"] != strconv.Itoa(master.Port) {
-			return fmt.Errorf("role %s link %s master_port %s", info["role"], info["master_link_status"], info["master_port"])
-		}
-		return redistest.WaitAcks(master.Addr())
-	})
-	if err != nil {
+	if err := rejoin(replica, master); err != nil {
 		return err
 	}
 	k.rejoined = e.now()
