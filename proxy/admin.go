@@ -83,7 +83,7 @@ func NewAdmin(o AdminOptions) *Admin {
 			// few seconds from the kubelet need not ping the store too.
 			if st := a.health.lastLook(); st.State != "" && st.State != StoreOK {
 				plain(w, http.StatusOK, "ready; the fence store is "+string(st.State)+
-					": fenced requests get 503 until it is ok, unfenced requests flow (FENCE_READY_REQUIRES_STORE=false)")
+					": "+st.State.effect()+", unfenced requests flow (FENCE_READY_REQUIRES_STORE=false)")
 				return
 			}
 			plain(w, http.StatusOK, "ready")

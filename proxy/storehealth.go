@@ -120,17 +120,22 @@ func (h *storeHealth) record(st storeStatus) {
 	switch {
 	case st.State == StoreOK && prev != "":
 		h.o.Logger.Info("fence store ok again: fenced requests are admitted", zap.String("was", string(prev)))
-	case st.State == StoreDown:
-		// Down is a look that got no answer: a fenced request gets 503
-		// when the store cannot answer it, which on a Redis Cluster with
-		// one master down is that master's requests only.
-		h.o.Logger.Warn("fence store down: a fenced request gets 503 when the store cannot answer it (on a Redis Cluster, "+
-			"the requests of a master that does not answer); unfenced requests flow"+
-			h.readiness(), zap.String("reason", st.reason()))
 	case st.State != StoreOK:
-		h.o.Logger.Warn("fence store "+string(st.State)+": every fenced request gets 503 until it is ok; unfenced requests flow"+
+		h.o.Logger.Warn("fence store "+string(st.State)+": "+st.State.effect()+"; unfenced requests flow"+
 			h.readiness(), zap.String("reason", st.reason()))
 	}
+}
+
+// effect says what a state other than ok does to fenced requests, for the
+// log and /readyz. Down is a look that got no answer: a fenced request gets
+// 503 when the store cannot answer it, which on a Redis Cluster with one
+// master down is that master's requests only.
+func (s StoreState) effect() string {
+	if s == StoreDown {
+		return "a fenced request gets 503 when the store cannot answer it (on a Redis Cluster, " +
+			"the requests of a master that does not answer)"
+	}
+	return "every fenced request gets 503 until it is ok"
 }
 
 // readiness says what the state does to /readyz, for the log.

@@ -30,7 +30,7 @@ func newClusterStore(t testing.TB, cluster *redistest.Cluster, opts redisstore.O
 	t.Helper()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:                 cluster.Addrs(),
-		Protocol:              2, // as fenceproxy's client
+		Protocol:              redistest.Protocol,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		Dialer:                dial,

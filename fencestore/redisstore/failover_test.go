@@ -43,7 +43,7 @@ func TestFailoverReleasesResume(t *testing.T) {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:            "mymaster",
 			SentinelAddrs:         sentinels.Addrs(),
-			Protocol:              2, // as fenceproxy's client
+			Protocol:              redistest.Protocol,
 			ContextTimeoutEnabled: true,
 			MaxRetries:            -1,
 			DialerRetries:         1,
@@ -185,7 +185,7 @@ func TestFailoverLostReplyReleased(t *testing.T) {
 				MasterName:            "mymaster",
 				SentinelAddrs:         sentinels.Addrs(),
 				Dialer:                dial,
-				Protocol:              2, // as fenceproxy's client
+				Protocol:              redistest.Protocol,
 				ContextTimeoutEnabled: true,
 				MaxRetries:            -1,
 				DialerRetries:         1,

@@ -102,23 +102,22 @@ local function flagAll(key, order, last)
 end
 
 -- flagArgs appends to args ("0", flag) for each member of olders this run
--- has not flagged yet, and returns args and those members (for flagged).
+-- has not flagged yet, and returns args.
 local function flagArgs(args, olders)
-  local newly = {}
   for _, m in ipairs(olders) do
     if not flaggedRun[m] then
       local k = #args
       args[k + 1], args[k + 2] = '0', WAITED .. m
-      newly[#newly + 1] = m
     end
   end
-  return args, newly
+  return args
 end
 
--- flagged notes members as flagged in this run, once the ZADD that flags
--- them has succeeded (a refused one, out of memory, flagged nothing).
-local function flagged(newly)
-  for _, m in ipairs(newly) do
+-- noteFlagged notes every member of olders as flagged in this run, once
+-- the ZADD that flags them has succeeded (a refused one, out of memory,
+-- flagged nothing); those flagged before are noted again, harmlessly.
+local function noteFlagged(olders)
+  for _, m in ipairs(olders) do
     flaggedRun[m] = true
   end
 end
@@ -179,10 +178,10 @@ local function enter(key, token, seq, bound, id, flag, busy)
       olders[SNAPSHOT + 1] = nil
       more = true
     end
-    local args, newly = flagArgs(entry, olders)
+    local args = flagArgs(entry, olders)
     _, err = call('ZADD', key, unpack(args))
     if err then return nil, nil, nil, err end
-    flagged(newly)
+    noteFlagged(olders)
   else
     if flag then
       _, err = call('ZADD', key, '0', member, '0', WAITED .. member)
@@ -202,11 +201,11 @@ local function enter(key, token, seq, bound, id, flag, busy)
           olders[SNAPSHOT + 1] = nil
           more = true
         end
-        local args, newly = flagArgs({}, olders)
+        local args = flagArgs({}, olders)
         if not err and #args > 0 then
           _, err = call('ZADD', key, unpack(args))
           if not err then
-            flagged(newly)
+            noteFlagged(olders)
           end
         end
       end

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
@@ -29,10 +27,7 @@ func TestConformanceRESP3(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) fencestore.Store {
 				opt := srv.Options()
 				opt.Protocol = 3
-				opts := tc.opts
-				opts.KeyPrefix = fmt.Sprintf("fence:%d:", prefixes.Add(1))
-				s := redisstore.New(redis.NewClient(opt), opts)
-				t.Cleanup(func() { _ = s.Close() })
+				s, _ := newStoreWith(t, opt, tc.opts)
 				return s
 			})
 		})
@@ -52,8 +47,7 @@ func BenchmarkAdmitProtocol(b *testing.B) {
 		b.Run(fmt.Sprintf("resp=%d", proto), func(b *testing.B) {
 			opt := srv.Options()
 			opt.Protocol = proto
-			s := redisstore.New(redis.NewClient(opt), redisstore.Options{KeyPrefix: fmt.Sprintf("fence:%d:", prefixes.Add(1))})
-			defer s.Close()
+			s, _ := newStoreWith(b, opt, redisstore.Options{})
 			b.ReportAllocs()
 			var token uint64
 			c0 := cpuTime()

@@ -28,8 +28,14 @@ var prefixes atomic.Int64
 // test binary uses, closed when the test ends.
 func newStore(t testing.TB, srv *redistest.Server, opts redisstore.Options) (*redisstore.Store, string) {
 	t.Helper()
+	return newStoreWith(t, srv.Options(), opts)
+}
+
+// newStoreWith is newStore on a client of opt.
+func newStoreWith(t testing.TB, opt *redis.Options, opts redisstore.Options) (*redisstore.Store, string) {
+	t.Helper()
 	opts.KeyPrefix = fmt.Sprintf("fence:%d:", prefixes.Add(1))
-	s := redisstore.New(redis.NewClient(srv.Options()), opts)
+	s := redisstore.New(redis.NewClient(opt), opts)
 	t.Cleanup(func() { _ = s.Close() })
 	return s, opts.KeyPrefix
 }

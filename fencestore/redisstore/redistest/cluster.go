@@ -157,10 +157,11 @@ func (c *Cluster) Addrs() []string {
 }
 
 // Client returns a cluster client of the nodes with the options fenceproxy
-// uses (ContextTimeoutEnabled, no retries), closed when the test ends.
+// uses (RESP2, ContextTimeoutEnabled, no retries), closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:                 c.Addrs(),
+		Protocol:              Protocol,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 	})

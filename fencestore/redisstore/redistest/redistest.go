@@ -154,12 +154,17 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
+// Protocol is the RESP version fenceproxy's own client speaks unless told
+// otherwise (cmd/fenceproxy's defaultRedisProtocol), which the tests' clients
+// speak too.
+const Protocol = 2
+
 // Options returns client options for the server, as Client uses them:
-// RESP2, as fenceproxy's own client speaks unless told otherwise.
+// RESP2 (Protocol), as fenceproxy's own client.
 func (s *Server) Options() *redis.Options {
 	return &redis.Options{
 		Addr:                  s.Addr(),
-		Protocol:              2,
+		Protocol:              Protocol,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 	}
