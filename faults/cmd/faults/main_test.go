@@ -66,6 +66,9 @@ func TestBrokenSystemsFail(t *testing.T) {
 		// The same on a Redis Cluster with a whole shard down: the dead
 		// shard's resources are admitted (2xx) while no node holds them.
 		{"memory", "cluster-shard-kill", []string{"stale_admissions", "unfenced_forwards", "dead_shard_2xx"}, nil},
+		// A Cluster whose nodes keep no AOF: the dead shard's master comes
+		// back empty, and its marks are found lost.
+		{"nopersist", "cluster-shard-kill", []string{"lost_marks", "regressions"}, []string{"dead_shard_2xx"}},
 		// Refused requests also reach the upstream by another path.
 		{"bypass", "load", []string{"unfenced_forwards"}, []string{"stale_admissions", "regressions"}},
 		// Redis without AOF, killed, and both replicas restarted with it:

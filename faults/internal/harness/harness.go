@@ -35,7 +35,8 @@ type Options struct {
 	//   - "memory": each replica its own FENCE_STORE=memory.
 	//   - "bypass": some refused requests also go straight to the upstream.
 	//   - "nopersist": Redis without AOF, killed, and every replica
-	//     restarted with it: the loss no replica can notice.
+	//     restarted with it: the loss no replica can notice (on a
+	//     Cluster, every node without AOF).
 	//   - "nodrain": the proxies run with FENCE_DRAIN=off while the order
 	//     figures stay fatal.
 	//   - "broadcast": the proxies built with the build tag faultsbreak and
