@@ -103,9 +103,12 @@ type batcher struct {
 	channel  string // release.lua's channel
 	log      *zap.Logger
 	maxBatch int
-	stop     chan struct{} // closed by close: workers drain and exit
-	stopped  chan struct{} // closed once they have
-	wg       sync.WaitGroup
+	// pipelines is how many pipelines may be in flight at once (on a
+	// Cluster, to each master: lanes.go).
+	pipelines int
+	stop      chan struct{} // closed by close: workers drain and exit
+	stopped   chan struct{} // closed once they have
+	wg        sync.WaitGroup
 	// lanes are the masters' on a Cluster (lanes.go).
 	lanes lanes
 	// onExec, when set (tests), learns how many admissions and releases
@@ -119,17 +122,18 @@ func newBatcher(client redis.UniversalClient, maxBatch, pipelines int, pend *pen
 	cluster, _ := client.(*redis.ClusterClient)
 	_, ring := client.(*redis.Ring)
 	b := &batcher{
-		client:   client,
-		oneCall:  cluster == nil && !ring,
-		cluster:  cluster,
-		queue:    make(chan *admission, maxBatch*pipelines),
-		pend:     pend,
-		kick:     make(chan struct{}, 1),
-		channel:  channel,
-		log:      log,
-		maxBatch: maxBatch,
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		client:    client,
+		oneCall:   cluster == nil && !ring,
+		cluster:   cluster,
+		queue:     make(chan *admission, maxBatch*pipelines),
+		pend:      pend,
+		kick:      make(chan struct{}, 1),
+		channel:   channel,
+		log:       log,
+		maxBatch:  maxBatch,
+		pipelines: pipelines,
+		stop:      make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
 	b.wg.Add(pipelines)
 	for range pipelines {
@@ -289,6 +293,9 @@ func (b *batcher) lingerFor(timer *time.Timer) (*admission, bool) {
 // settle tells the pending set how the releases the worker owned fared
 // (errs, aligned with them; nil: all acknowledged, or none sent).
 func (b *batcher) settle(rels []release, errs []error) {
+	if len(rels) == 0 {
+		return
+	}
 	var ok, failed []release
 	var last error
 	for i, r := range rels {

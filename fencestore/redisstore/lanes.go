@@ -13,22 +13,19 @@ import (
 // cluster fails it over) must not hold back the others. So a worker does
 // not send a Cluster batch itself: it splits it by master and hands each
 // part to that master's lane, then takes the next batch at once. A lane
-// runs at most pipelinesPerLane pipelines to its master at a time; parts
-// that come while they are all in flight wait in the lane's backlog, and
-// the next pipeline carries all of them at once, releases ahead of
+// runs at most Options.Pipelines pipelines to its master at a time (on a
+// Cluster the option counts per master); parts that come while they are
+// all in flight wait in the lane's backlog, and the next pipeline carries
+// as many of them as fit in Options.MaxBatch admissions, releases ahead of
 // admissions as in any pipeline (a release only ever runs earlier than it
-// must: it was made once its request had ended). Each part's admissions
-// are answered as soon as its own master answers, whatever the others do.
+// must: it was made once its request had ended), each release once. Each
+// part's admissions are answered as soon as its own master answers,
+// whatever the others do.
 //
 // Without lanes, a batch answered none of its admissions before its
 // slowest master did, and the pipelines' workers, each waiting on one,
 // took no new batch meanwhile: a stopped master turned every other
 // master's admissions into timeouts (TestClusterStalledShardHoldsNoOther).
-
-// pipelinesPerLane is how many pipelines a lane runs to its master at a
-// time: as many as a single server gets (DefaultPipelines), so that a
-// master's own admissions batch as they would there.
-const pipelinesPerLane = DefaultPipelines
 
 // part is what a batch sends to one master: its admissions, and its
 // releases with, for each, its place in the batch's releases (at) and, in
@@ -97,7 +94,7 @@ func (l *lanes) submit(b *batcher, p *part) {
 		ln = &lane{}
 		l.m[p.node] = ln
 	}
-	if ln.busy >= pipelinesPerLane {
+	if ln.busy >= b.pipelines {
 		ln.backlog = append(ln.backlog, p)
 		l.mu.Unlock()
 		return
@@ -110,9 +107,11 @@ func (l *lanes) submit(b *batcher, p *part) {
 	go b.runLane(p)
 }
 
-// next returns the lane's backlog as one part, or nil (the pipeline ends)
-// when there is none.
-func (l *lanes) next(node *redis.Client) *part {
+// next returns the parts of the lane's backlog that fit in one pipeline
+// (maxBatch admissions, and always the first part) as one part, or nil
+// (the pipeline ends) when there is none. A release carried by several
+// of them goes once, owned when any of them owns it.
+func (l *lanes) next(node *redis.Client, maxBatch int) *part {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ln := l.m[node]
@@ -123,12 +122,25 @@ func (l *lanes) next(node *redis.Client) *part {
 		return nil
 	}
 	p := &part{node: node}
+	at := make(map[release]int)
+	n := 0 // parts taken
 	for _, q := range ln.backlog {
-		p.rels, p.owned = append(p.rels, q.rels...), append(p.owned, q.owned...)
+		if n > 0 && len(p.live)+len(q.live) > maxBatch {
+			break
+		}
+		n++
+		for j, r := range q.rels {
+			if i, ok := at[r]; ok {
+				p.owned[i] = p.owned[i] || q.owned[j]
+				continue
+			}
+			at[r] = len(p.rels)
+			p.rels, p.owned = append(p.rels, r), append(p.owned, q.owned[j])
+		}
 		p.live = append(p.live, q.live...)
 	}
-	clear(ln.backlog)
-	ln.backlog = ln.backlog[:0]
+	clear(ln.backlog[:n])
+	ln.backlog = append(ln.backlog[:0], ln.backlog[n:]...)
 	return p
 }
 
@@ -136,7 +148,7 @@ func (l *lanes) next(node *redis.Client) *part {
 // lane's backlog is empty.
 func (b *batcher) runLane(p *part) {
 	defer b.wg.Done()
-	for ; p != nil; p = b.lanes.next(p.node) {
+	for ; p != nil; p = b.lanes.next(p.node, b.maxBatch) {
 		errs := make([]error, len(p.rels))
 		b.exchange(p.live, len(p.rels), func(ctx context.Context, live []*admission) {
 			pipelineScripts(ctx, p.node, b.channel, live, p.rels, make([]*redis.Cmd, 0, len(live)), errs, scriptOpts{})

@@ -64,32 +64,43 @@ type pendingReleases struct {
 // others, the oldest goes, not the newest: it is the likeliest to have
 // been abandoned by its waiters already.
 func (p *pendingReleases) add(r release, until time.Time) (oldest release, dropped bool) {
+	oldest, dropped, _ = p.addTelling(r, until)
+	return oldest, dropped
+}
+
+// addTelling is add, and says whether the release dropped was one sent
+// again (resend): acknowledged once already, so that dropping it drops
+// nothing the store still owes, and is no loss to count.
+func (p *pendingReleases) addTelling(r release, until time.Time) (oldest release, dropped, resent bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.m[r]; ok {
-		return release{}, false
+		return release{}, false, false
 	}
 	if p.m == nil {
 		p.m = make(map[release]*pending)
 	}
 	if len(p.m) >= max(p.max, 1) {
-		oldest, dropped = p.dropOne()
+		var spare bool
+		oldest, dropped, spare = p.dropOne()
+		resent = spare && !oldest.abandons()
 	}
 	p.join(r, until, r.abandons())
-	return oldest, dropped
+	return oldest, dropped, resent
 }
 
 // dropOne removes the oldest spare release, else the oldest, and returns
-// it. p.mu is held.
-func (p *pendingReleases) dropOne() (release, bool) {
-	r, ok := p.spare.Oldest()
+// it, and whether it was spare. p.mu is held.
+func (p *pendingReleases) dropOne() (r release, ok, spare bool) {
+	r, spare = p.spare.Oldest()
+	ok = spare
 	if !ok {
 		r, ok = p.owed.Oldest()
 	}
 	if ok {
 		delete(p.m, r)
 	}
-	return r, ok
+	return r, ok, spare
 }
 
 // join puts r, not in the set, in it last. p.mu is held.

@@ -135,7 +135,10 @@ func (s *Store) release(r release, until time.Time, urgent bool) {
 		// (pendingReleases.acked), none sent again after a break.
 		until = time.Time{}
 	}
-	if old, dropped := s.pend.add(r, until); dropped {
+	// A release sent again that leaves was acknowledged once: no loss to
+	// count or warn of (after a Cluster's failed admission the resends
+	// fill the set, and would make every later drop look like one).
+	if old, dropped, resent := s.pend.addTelling(r, until); dropped && !resent {
 		s.releaseDropped(old)
 	}
 	s.wakeSender(r, until, urgent)

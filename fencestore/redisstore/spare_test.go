@@ -260,3 +260,28 @@ func BenchmarkPendingAddFull(b *testing.B) {
 		p.add(rs[i%len(rs)], until)
 	}
 }
+
+// A release sent again (acknowledged once, put back by resend) that a full
+// set drops is told apart from one still owed or an abandon: the store
+// neither counts nor warns of it as a release dropped unacknowledged.
+func TestPendingTellsResendDropped(t *testing.T) {
+	r1, r2, r3, r4 := releaseOf("k1", 1, "a"), releaseOf("k2", 2, "b"), releaseOf("k3", 3, "c"), releaseOf("k4", 4, "d")
+	a1 := abandonOf("k5", 5, "e")
+	until := time.Now().Add(time.Hour)
+	p := pendingReleases{max: 2}
+	p.add(r1, until)
+	p.ackedEach([]release{r1})
+	if got := p.resend(); len(got) != 1 || got[0].release != r1 {
+		t.Fatalf("resend = %v; want r1 back", got)
+	}
+	p.add(a1, until) // full: r1 (spare, sent again) and a1 (spare, an abandon)
+	for _, tc := range []struct {
+		add, dropped release
+		resent       bool
+	}{{r2, r1, true}, {r3, a1, false}, {r4, r2, false}} {
+		old, dropped, resent := p.addTelling(tc.add, until)
+		if !dropped || old != tc.dropped || resent != tc.resent {
+			t.Fatalf("addTelling(%v) = %v, %v, resent %v; want %v dropped, resent %v", tc.add, old, dropped, resent, tc.dropped, tc.resent)
+		}
+	}
+}
