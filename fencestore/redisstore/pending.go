@@ -248,7 +248,10 @@ func (p *pendingReleases) ackedEach(rs []release) {
 	p.mu.Lock()
 	now := time.Now()
 	for _, r := range rs {
-		if e := p.m[r]; e != nil && !e.until.IsZero() {
+		// A copy sent again (resend) is remembered already, from its first
+		// acknowledgement: remembered anew, it would be sent again after
+		// every break until its bound, ahead of releases acknowledged since.
+		if e := p.m[r]; e != nil && !e.until.IsZero() && !(e.spare && !r.abandons()) {
 			p.recent = append(p.recent, ackedRelease{release: r, until: e.until, at: now})
 		}
 	}

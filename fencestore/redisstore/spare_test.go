@@ -285,3 +285,20 @@ func TestPendingTellsResendDropped(t *testing.T) {
 		}
 	}
 }
+
+// A copy sent again and acknowledged is not remembered anew: only its
+// first acknowledgement counts for the next resend, which leaves it out
+// once recentFor has passed since then.
+func TestResendAckedNotRememberedAgain(t *testing.T) {
+	r1 := releaseOf("k1", 1, "a")
+	p := pendingReleases{max: 4}
+	p.add(r1, time.Now().Add(time.Hour))
+	p.ackedEach([]release{r1})
+	if got := p.resend(); len(got) != 1 {
+		t.Fatalf("resend = %v; want r1", got)
+	}
+	p.ackedEach([]release{r1})
+	if len(p.recent) != 1 {
+		t.Fatalf("recent = %v; want r1 once, from its first acknowledgement", p.recent)
+	}
+}
