@@ -20,6 +20,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/config"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // syncBuffer collects the program's log lines from several goroutines.
@@ -405,11 +406,13 @@ func writeRoutes(t *testing.T, yaml string) string {
 	return path
 }
 
+// freePort returns a loopback address that was free a moment ago and that
+// no other test of this process was given.
 func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Helper()
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // Answer reads one HTTP response from conn (the answer to a request the
@@ -75,15 +77,14 @@ func Async(c *http.Client, req *http.Request) <-chan error {
 	return errc
 }
 
-// ClosedPort returns the URL of a loopback port that was just listened on
-// and closed: dials to it are refused.
+// ClosedPort returns the URL of a loopback port nothing listens on: dials
+// to it are refused. It is never a port another test of this process was
+// given to listen on.
 func ClosedPort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	return "http://" + addr
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fenceproxy/fenceproxy/faults/check"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // The redisCluster topology: three masters, each with one replica, every
@@ -36,7 +37,7 @@ const (
 // replica is promoted, and the scenario could not show the other shards
 // serving through the failover.
 func (e *env) clusterNodeArgs() ([]string, error) {
-	bus, err := freePort()
+	bus, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}

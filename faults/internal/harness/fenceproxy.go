@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // routesYAML fences POST /ge/{id} with ">=" and POST /gt/{id} with ">"
@@ -63,11 +65,11 @@ func (h *Harness) startProxy(i int, upstream string, env map[string]string, read
 	}
 	var lastErr error
 	for range 3 {
-		dp, err := freePort()
+		dp, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
-		ap, err := freePort()
+		ap, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -44,18 +43,6 @@ func (ps *procs) stopAll() {
 		}(list[i])
 	}
 	wg.Wait()
-}
-
-// freePort returns a port that was free a moment ago on 127.0.0.1; the
-// caller's process may still lose it to another, hence the retries around
-// every use.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitFor polls cond every 20ms until it returns nil, the process exits, or

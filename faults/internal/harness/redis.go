@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // The servers are started as fencestore/redisstore/redistest starts them
@@ -56,7 +57,7 @@ func (h *Harness) startRedis(name string, extra ...string) (*Redis, error) {
 	}
 	var lastErr error
 	for range 3 {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +116,7 @@ func (h *Harness) copyOf(r *Redis, name string) (*Redis, error) {
 	}
 	var lastErr error
 	for range 3 {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +185,7 @@ func (h *Harness) startSentinels(n int, name string, master *Redis, downAfter, f
 		var s *Redis
 		var lastErr error
 		for range 3 {
-			port, err := freePort()
+			port, err := freeport.Port()
 			if err != nil {
 				return nil, err
 			}

@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -45,6 +44,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fenceproxy/fenceproxy/internal/childproc"
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 const (
@@ -239,8 +239,8 @@ func tryCluster(cfg Config) (*Cluster, error) {
 	c := &Cluster{}
 	var initial []string
 	for i := range cfg.Members {
-		cp, err1 := freePort()
-		pp, err2 := freePort()
+		cp, err1 := freeport.Port()
+		pp, err2 := freeport.Port()
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, err
 		}
@@ -281,15 +281,6 @@ func tryCluster(cfg Config) (*Cluster, error) {
 		}
 	}
 	return c, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Stop ends every member still running (SIGTERM, and SIGKILL after 5s),

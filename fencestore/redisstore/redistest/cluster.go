@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // Cluster is a Redis Cluster: its masters first, then their replicas (if
@@ -102,7 +104,7 @@ func startCluster(t testing.TB, n, replicas int, nodeTimeout time.Duration, args
 	c := &Cluster{}
 	for range n {
 		s := launch(t, "", func(port int, dir string) []string {
-			bus, err := freePort()
+			bus, err := freeport.Port()
 			if err != nil {
 				t.Fatalf("redistest: free port: %v", err)
 			}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fenceproxy/fenceproxy/internal/freeport"
 )
 
 // launch starts redis-server with the command line args(port, dir) on a
@@ -39,7 +41,7 @@ func launchEnv(t testing.TB, dir string, env []string, args func(port int, dir s
 	}
 	var lastErr error
 	for range 3 {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			t.Fatalf("redistest: free port: %v", err)
 		}

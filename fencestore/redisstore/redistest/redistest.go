@@ -58,15 +58,6 @@ func StartEnv(t testing.TB, env []string, args ...string) *Server {
 	}, nil)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // start runs the server and waits for PING; on failure the process is gone.
 // A restart runs the same command line again.
 func (s *Server) start(bin string) error {
