@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,47 +18,65 @@ import (
 func TestRedisProtocol(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		query string // appended to the URL; "sentinel": through a sentinel
+		query string // appended to the URL; "sentinel" or "cluster": that topology
 		want  string
 	}{
 		{"url default", "", "resp=2"},
 		{"url protocol=2", "?protocol=2", "resp=2"},
 		{"url protocol=3", "?protocol=3", "resp=3"},
 		{"sentinel", "sentinel", "resp=2"},
+		{"cluster", "cluster", "resp=2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := redistest.Start(t)
 			up := newCountingUpstream(t)
-			env := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_STORE_TIMEOUT": "1s"}
-			if tc.query == "sentinel" {
+			routes := writeRoutes(t, "routes:\n  - name: items\n    path: /items/{id}\n    resource: items/{id}\n")
+			env := map[string]string{"FENCE_UPSTREAM_URL": up.URL, "FENCE_STORE_TIMEOUT": "1s", "FENCE_ROUTES_FILE": routes}
+			var nodes []string // the data nodes whose clients are read
+			switch tc.query {
+			case "cluster":
+				cluster := redistest.StartCluster(t, 3)
+				nodes = cluster.Addrs()
+				env["FENCE_REDIS_CLUSTER_ADDRS"] = nodes[0]
+				env["FENCE_REDIS_PERSISTENCE"] = "off"
+			case "sentinel":
+				rs := redistest.Start(t)
+				nodes = []string{rs.Addr()}
 				sentinels := redistest.StartSentinels(t, 1, "mymaster", rs, redistest.SentinelOptions{Quorum: 1})
 				env["FENCE_REDIS_SENTINEL_ADDRS"] = strings.Join(sentinels.Addrs(), ",")
 				env["FENCE_REDIS_MASTER_NAME"] = "mymaster"
-			} else {
+			default:
+				rs := redistest.Start(t)
+				nodes = []string{rs.Addr()}
 				env["FENCE_REDIS_URL"] = rs.URL() + tc.query
 			}
 			p := start(t, env)
 			waitStoreOK(t, p)
-			wantAdmitted(t, p, up, "/x", 41)
-			list, ok := redisDo(t, rs.Addr(), nil, "CLIENT", "LIST").(string)
-			if !ok {
-				t.Fatalf("CLIENT LIST answered %T", list)
+			// Resources spread over the slots, so that on a Cluster every
+			// master runs the admission script.
+			for i := range 30 {
+				wantAdmitted(t, p, up, "/items/"+strconv.Itoa(i), 41)
 			}
 			var scripts int
-			for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-				fields := strings.Fields(line)
-				if slices.Contains(fields, "cmd=client|list") {
-					continue // this test's own
+			for _, node := range nodes {
+				list, ok := redisDo(t, node, nil, "CLIENT", "LIST").(string)
+				if !ok {
+					t.Fatalf("CLIENT LIST of %s answered %T", node, list)
 				}
-				if !slices.Contains(fields, tc.want) {
-					t.Errorf("a connection does not speak %s: %s", tc.want, line)
-				}
-				if slices.Contains(fields, "cmd=evalsha") || slices.Contains(fields, "cmd=eval") {
-					scripts++
+				for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+					fields := strings.Fields(line)
+					if slices.Contains(fields, "cmd=client|list") {
+						continue // this test's own
+					}
+					if !slices.Contains(fields, tc.want) {
+						t.Errorf("a connection to %s does not speak %s: %s", node, tc.want, line)
+					}
+					if slices.Contains(fields, "cmd=evalsha") || slices.Contains(fields, "cmd=eval") {
+						scripts++
+					}
 				}
 			}
-			if scripts == 0 {
-				t.Errorf("no connection ran the admission script:\n%s", list)
+			if scripts < len(nodes) {
+				t.Errorf("%d connections ran the admission script, want one per data node at least (%d)", scripts, len(nodes))
 			}
 		})
 	}

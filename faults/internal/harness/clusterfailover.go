@@ -77,8 +77,9 @@ func clusterFailover(ctx context.Context, e *env) error {
 	return e.noteDropped()
 }
 
-// liveNode is a node that runs (the first one not killed): a killed one
-// is restarted before the next round, so any will do between rounds.
+// liveNode is a node to ask about the cluster between rounds: the first
+// one, which runs then because every round restarts the node it killed
+// before the next begins.
 func (e *env) liveNode() *Redis { return e.nodes[0] }
 
 // expectCluster: the kill showed (503s or failed requests for the killed
