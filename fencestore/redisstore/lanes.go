@@ -22,6 +22,14 @@ import (
 // part's admissions are answered as soon as its own master answers,
 // whatever the others do.
 //
+// While a master is silent its backlog would otherwise hold every
+// admission sent to it, long after their callers gave up: at thousands a
+// second, for the tens of seconds before a failover, that is a sidecar's
+// memory. So each part that joins a backlog first prunes it (prune): the
+// admissions whose callers are gone are answered as never sent and
+// dropped, and their releases ride on, once each. A backlog then holds no
+// more admissions than callers still wait (TestLaneBacklogPrunes).
+//
 // Without lanes, a batch answered none of its admissions before its
 // slowest master did, and the pipelines' workers, each waiting on one,
 // took no new batch meanwhile: a stopped master turned every other
@@ -95,6 +103,7 @@ func (l *lanes) submit(b *batcher, p *part) {
 		l.m[p.node] = ln
 	}
 	if ln.busy >= b.pipelines {
+		ln.prune()
 		ln.backlog = append(ln.backlog, p)
 		l.mu.Unlock()
 		return
@@ -129,19 +138,71 @@ func (l *lanes) next(node *redis.Client, maxBatch int) *part {
 			break
 		}
 		n++
-		for j, r := range q.rels {
-			if i, ok := at[r]; ok {
-				p.owned[i] = p.owned[i] || q.owned[j]
-				continue
-			}
-			at[r] = len(p.rels)
-			p.rels, p.owned = append(p.rels, r), append(p.owned, q.owned[j])
-		}
+		p.carry(at, q)
 		p.live = append(p.live, q.live...)
 	}
 	clear(ln.backlog[:n])
 	ln.backlog = append(ln.backlog[:0], ln.backlog[n:]...)
 	return p
+}
+
+// carry adds q's releases to p's, each once: at maps a release to its
+// place in p.rels, and one carried again is owned when either owns it.
+func (p *part) carry(at map[release]int, q *part) {
+	for j, r := range q.rels {
+		if i, ok := at[r]; ok {
+			p.owned[i] = p.owned[i] || q.owned[j]
+			continue
+		}
+		at[r] = len(p.rels)
+		p.rels, p.owned = append(p.rels, r), append(p.owned, q.owned[j])
+	}
+}
+
+// prune drops from the backlog the admissions whose callers gave up, each
+// answered as never sent (its caller returns errNotSent: no entry exists
+// to abandon), and the parts left with none. Their releases still go with
+// the lane's next pipeline: they join the first part that remains, or one
+// part of releases alone, each release once.
+func (ln *lane) prune() {
+	var gone part // the releases of the parts dropped
+	var at map[release]int
+	kept := ln.backlog[:0]
+	for _, q := range ln.backlog {
+		live := q.live[:0]
+		for _, a := range q.live {
+			if err := a.ctx.Err(); err != nil {
+				a.err = errNotSent{err}
+				a.done <- struct{}{}
+				continue
+			}
+			live = append(live, a)
+		}
+		clear(q.live[len(live):])
+		q.live = live
+		if len(live) > 0 {
+			kept = append(kept, q)
+			continue
+		}
+		if at == nil {
+			at = make(map[release]int)
+		}
+		gone.node = q.node
+		gone.carry(at, q)
+	}
+	clear(ln.backlog[len(kept):])
+	ln.backlog = kept
+	switch {
+	case len(gone.rels) == 0:
+	case len(kept) > 0:
+		// The first part's own releases after the dropped parts' (all
+		// ride ahead of its admissions), once each.
+		first := kept[0]
+		gone.carry(at, first)
+		first.rels, first.owned = gone.rels, gone.owned
+	default:
+		ln.backlog = append(ln.backlog, &gone)
+	}
 }
 
 // runLane sends p, then whatever waited in the lane meanwhile, until the

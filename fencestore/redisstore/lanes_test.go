@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -47,5 +49,67 @@ func TestLaneMerge(t *testing.T) {
 	}
 	if _, ok := l.m[node]; ok {
 		t.Error("an idle lane is kept")
+	}
+}
+
+// TestLaneBacklogPrunes: a part that joins a lane's backlog while its
+// master is silent first drops the admissions whose callers gave up
+// (answered errNotSent, as never sent) and the parts left without any;
+// their releases ride on with the next pipeline, each once, owned when any
+// dropped copy was. So a silent master's backlog holds no more admissions
+// than callers still wait, whatever the rate.
+func TestLaneBacklogPrunes(t *testing.T) {
+	node := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer node.Close()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	adm := func(ctx context.Context) *admission {
+		return &admission{ctx: ctx, done: make(chan struct{}, 1)}
+	}
+	b := &batcher{pipelines: 1}
+	b.lanes.m = map[*redis.Client]*lane{node: {busy: 1}} // its one pipeline in flight
+	r1, r2 := release{"k1", "m1"}, release{"k2", "m2"}
+
+	// 1,000 batches for the silent master, each an admission already given
+	// up and a copy of r1 (owned by one of them).
+	var dropped []*admission
+	for i := range 1000 {
+		a := adm(gone)
+		dropped = append(dropped, a)
+		b.lanes.submit(b, &part{node: node, live: []*admission{a}, rels: []release{r1}, owned: []bool{i == 500}})
+		if n := len(b.lanes.m[node].backlog); n > 2 {
+			t.Fatalf("after %d parts the backlog holds %d parts; want at most 2 (the releases and the newest)", i+1, n)
+		}
+	}
+	for i, a := range dropped[:999] { // the newest is not pruned yet
+		select {
+		case <-a.done:
+			var notSent errNotSent
+			if !errors.As(a.err, &notSent) {
+				t.Fatalf("admission %d answered %v; want errNotSent", i, a.err)
+			}
+		default:
+			t.Fatalf("admission %d, given up, is still held", i)
+		}
+	}
+
+	// One caller still waits: its part stays, and the dropped parts'
+	// releases ride ahead of its admission.
+	waiting := adm(context.Background())
+	b.lanes.submit(b, &part{node: node, live: []*admission{waiting}, rels: []release{r2}, owned: []bool{false}})
+	p := b.lanes.next(node, 10)
+	if p == nil || !slices.Equal(p.live, []*admission{waiting}) {
+		t.Fatalf("next pipeline %+v; want the one waiting admission alone", p)
+	}
+	if !slices.Equal(p.rels, []release{r1, r2}) || !slices.Equal(p.owned, []bool{true, false}) {
+		t.Errorf("releases %v owned %v; want r1 (owned: one dropped copy was) then r2, once each", p.rels, p.owned)
+	}
+	select {
+	case <-waiting.done:
+		t.Error("the waiting admission was answered without being sent")
+	default:
+	}
+	if p = b.lanes.next(node, 10); p != nil {
+		t.Fatalf("then %+v; want none", p)
 	}
 }
