@@ -100,6 +100,7 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		var notSent errNotSent
 		sent := !errors.As(err, &notSent)
 		if sent {
+			s.pend.failure(time.Now())
 			s.refreshSlots()
 		}
 		if role := roleError(err); role != nil {
@@ -261,23 +262,30 @@ func (s *Store) refreshSlots() {
 	}
 }
 
-// resendAfterFailure sends again the releases acknowledged in the last
-// recentFor, at most once per recentFor: an admission on a Cluster failed,
-// and its node may be failing over to a replica that lacks some of them.
-// The subscription's coming back does that only for a failover of its own
-// node (drain.go); without this, an entry whose release a promoted replica
-// lost would hold the newer requests of its resource for their bound.
+// resendAfterFailure sends again the releases acknowledged in the
+// recentFor before the break, at most once per resendEvery: an admission
+// or a look at a Cluster failed, and its node may be failing over to a
+// replica that lacks some of them. The subscription's coming back does
+// that only for a failover of its own node (drain.go); without this, an
+// entry whose release a promoted replica lost would hold the newer
+// requests of its resource for their bound. The admin's look at the store
+// (Ping, every few seconds) fails too when a master dies, so a replica
+// that sends that master nothing meanwhile sends them again as well.
 // Under an outage the releases it sends wait in the pending set, sent again
 // until the new master takes them; sent to a node that has them, they find
 // nothing.
 func (s *Store) resendAfterFailure() {
 	now := int64(sinceStart()) + 1 // never 0, which means never
 	last := s.resent.Load()
-	if last != 0 && now-last < int64(recentFor) || !s.resent.CompareAndSwap(last, now) {
+	if last != 0 && now-last < int64(resendEvery) || !s.resent.CompareAndSwap(last, now) {
 		return
 	}
 	s.resendRecent()
 }
+
+// resendEvery is how often at most a Cluster's failures send the recent
+// releases again (resendAfterFailure).
+const resendEvery = 5 * time.Second
 
 // processStart is a reading of the monotonic clock to measure from.
 var processStart = time.Now()

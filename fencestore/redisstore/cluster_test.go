@@ -159,6 +159,32 @@ func TestClusterLostReleaseSentAgain(t *testing.T) {
 	if err != nil || !d.Admitted || !d.Flight.Registered() {
 		t.Fatalf("Admit(1) = %+v, %v; want admitted in flight", d, err)
 	}
+	e := onlyEntry(t, addr, prefix)
+	s.Release(d.Flight)
+	e.waitGone(t, addr, 5*time.Second, "the release taken")
+	// The node loses the release, as a promoted replica that missed it.
+	e.put(t, addr)
+	// An admission on that node fails: its reply is lost on the way.
+	relays[addr].armed.Store(true)
+	if _, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 2, Compare: fencestore.Greater}); !errors.Is(err, fencestore.ErrUnavailable) {
+		t.Fatalf("Admit(2) with its reply lost = %v, want unavailable", err)
+	}
+	// The entry's own bound is a minute: gone well before, it was released
+	// again.
+	e.waitGone(t, addr, 10*time.Second, "the lost release sent again")
+}
+
+// flightEntry is one in-flight entry as Redis holds it: its key, member
+// and score.
+type flightEntry struct {
+	key, member string
+	score       any
+}
+
+// onlyEntry reads the one in-flight entry of the store with prefix on the
+// node at addr.
+func onlyEntry(t testing.TB, addr, prefix string) flightEntry {
+	t.Helper()
 	// The in-flight key: the one sorted set of this store on the node.
 	reply, err := redistest.Do(addr, nil, "SCAN", "0", "MATCH", "*"+prefix+"*", "TYPE", "zset", "COUNT", "100000")
 	if err != nil {
@@ -177,35 +203,25 @@ func TestClusterLostReleaseSentAgain(t *testing.T) {
 	if p, ok := pair[0].([]any); ok {
 		pair = p
 	}
-	member, score := pair[0].(string), pair[1]
-	s.Release(d.Flight)
-	inFlight := func() (int64, error) {
-		n, err := redistest.Do(addr, nil, "ZCARD", fkey)
-		if err != nil {
-			return 0, err
-		}
-		return n.(int64), nil
-	}
-	redistest.Poll(t, 5*time.Second, "the release taken", func() error {
-		if n, err := inFlight(); err != nil || n != 0 {
-			return fmt.Errorf("%d entries, %v", n, err)
-		}
-		return nil
-	})
-	// The node loses the release, as a promoted replica that missed it.
-	if _, err := redistest.Do(addr, nil, "ZADD", fkey, fmt.Sprint(score), member); err != nil {
+	return flightEntry{key: fkey, member: pair[0].(string), score: pair[1]}
+}
+
+// put writes the entry back on the node at addr, as a node that lost its
+// release holds it.
+func (e flightEntry) put(t testing.TB, addr string) {
+	t.Helper()
+	if _, err := redistest.Do(addr, nil, "ZADD", e.key, fmt.Sprint(e.score), e.member); err != nil {
 		t.Fatal(err)
 	}
-	// An admission on that node fails: its reply is lost on the way.
-	relays[addr].armed.Store(true)
-	if _, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 2, Compare: fencestore.Greater}); !errors.Is(err, fencestore.ErrUnavailable) {
-		t.Fatalf("Admit(2) with its reply lost = %v, want unavailable", err)
-	}
-	// The entry's own bound is a minute: gone well before, it was released
-	// again.
-	redistest.Poll(t, 10*time.Second, "the lost release sent again", func() error {
-		if n, err := inFlight(); err != nil || n != 0 {
-			return fmt.Errorf("%d entries, %v", n, err)
+}
+
+// waitGone waits until the node at addr holds no entry in e's key.
+func (e flightEntry) waitGone(t testing.TB, addr string, timeout time.Duration, what string) {
+	t.Helper()
+	redistest.Poll(t, timeout, what, func() error {
+		n, err := redistest.Do(addr, nil, "ZCARD", e.key)
+		if err != nil || n.(int64) != 0 {
+			return fmt.Errorf("%v entries, %v", n, err)
 		}
 		return nil
 	})

@@ -122,12 +122,14 @@
 // wait the bound out. At most a bounded number are owed at once
 // (1024, or four times MaxBatch per pipeline): past it the oldest abandon
 // (or release sent again) is dropped, else the oldest release, logged and
-// counted (Store.DroppedReleases); the releases acknowledged in the last five seconds
-// are sent again when the subscription comes back after a break (a
-// promoted replica may lack them; on a Cluster or Ring only a break of
-// the node holding the subscription does that), and, on a Cluster, at most
-// every recentFor when an admission fails (resendAfterFailure: a failover
-// of another node fails the admissions sent to it). A release made before an admission is
+// counted (Store.DroppedReleases); the releases acknowledged in the ten
+// seconds before a break began (the first failure after an
+// acknowledgement, however long the failover then takes) are sent again
+// when the subscription comes back after it (a promoted replica may lack
+// them; on a Cluster or Ring only a break of the node holding the
+// subscription does that), and, on a Cluster, at most every resendEvery
+// when an admission or a Ping fails (resendAfterFailure: a failover of
+// another node fails the admissions sent to it, and the admin's look). A release made before an admission is
 // queued runs before that admission is decided: until it is acknowledged,
 // an admission that enters its key carries it again, ahead of itself. An
 // admission whose reply never came (its deadline passed, or its connection

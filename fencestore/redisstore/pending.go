@@ -47,7 +47,27 @@ type pendingReleases struct {
 	timerDue time.Time
 	// recent are the releases acknowledged lately, oldest first.
 	recent []ackedRelease
+	// brokeAt is when the latest break began: the first failure (an
+	// admission, a release or a ping the store did not answer) after the
+	// last acknowledgement, while broken; zero once a resend used it.
+	// resend sends the releases acknowledged just before it, not just
+	// before the resend: a failover takes as long as the cluster needs to
+	// judge the master failed (Sentinel's down-after-milliseconds,
+	// cluster-node-timeout: 5 to 30 s in production), and the releases a
+	// promoted replica may lack are those of the moments before the crash.
+	brokeAt time.Time
+	broken  bool
+	// failedAt is the latest failure: a break whose last failure is older
+	// than breakFresh ended long ago without a resend (a blip the
+	// subscription rode out), and a resend then looks back from now.
+	failedAt time.Time
 }
+
+// breakFresh is how recent a break's last failure must be for a resend to
+// look back from the break's start: the subscription comes back within
+// moments of the store, and an idle replica's looks at the store fail
+// every few seconds until then.
+const breakFresh = 30 * time.Second
 
 // add puts r in the set, to be sent until until; a release already there
 // keeps its place (and its kind). When the set is full, one release
@@ -228,6 +248,30 @@ func (p *pendingReleases) done(rs []release) {
 	}
 }
 
+// failure notes that the store did not answer at now: the first one after
+// an acknowledgement begins a break (brokeAt).
+func (p *pendingReleases) failure(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failureLocked(now)
+}
+
+func (p *pendingReleases) failureLocked(now time.Time) {
+	if !p.broken {
+		p.broken, p.brokeAt = true, now
+	}
+	p.failedAt = now
+}
+
+// answered notes that the store answered: a failure after it begins a new
+// break. The break's start stays for the resend that follows it (a
+// promoted replica answers before the subscription is back).
+func (p *pendingReleases) answered() {
+	p.mu.Lock()
+	p.broken = false
+	p.mu.Unlock()
+}
+
 // acked remembers rs, acknowledged now, for resendRecent.
 func (p *pendingReleases) acked(rs []release, until time.Time) {
 	if until.IsZero() || len(rs) == 0 {
@@ -235,6 +279,7 @@ func (p *pendingReleases) acked(rs []release, until time.Time) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.broken = false
 	now := time.Now()
 	for _, r := range rs {
 		p.recent = append(p.recent, ackedRelease{release: r, until: until, at: now})
@@ -246,6 +291,7 @@ func (p *pendingReleases) acked(rs []release, until time.Time) {
 // in the set before done forgets it.
 func (p *pendingReleases) ackedEach(rs []release) {
 	p.mu.Lock()
+	p.broken = false
 	now := time.Now()
 	for _, r := range rs {
 		// A copy sent again (resend) is remembered already, from its first
@@ -260,9 +306,12 @@ func (p *pendingReleases) ackedEach(rs []release) {
 	p.done(rs)
 }
 
+// trimRecent forgets the oldest releases past recentReleases, and those
+// acknowledged more than recentKeep ago: a break may last that long before
+// the resend that looks back from its start.
 func (p *pendingReleases) trimRecent(now time.Time) {
 	drop := 0
-	for drop < len(p.recent) && (len(p.recent)-drop > recentReleases || now.Sub(p.recent[drop].at) > recentFor) {
+	for drop < len(p.recent) && (len(p.recent)-drop > recentReleases || now.Sub(p.recent[drop].at) > recentKeep) {
 		drop++
 	}
 	if drop > 0 {
@@ -274,26 +323,40 @@ func (p *pendingReleases) trimRecent(now time.Time) {
 	}
 }
 
-// resend puts back in the set the releases acknowledged in the last
-// recentFor that are not given up and not owed already, to be sent again,
-// and returns them. Newest first (a promoted replica that missed some
-// misses the newest, which replication had least time to carry), and no
-// more than the set has room for now: one sent again must never push out
-// one still owed. It joins the set as spare (add), so that a release made
-// later pushes it out before any owed one. All under one hold of p.mu: a
-// release added between counting the room and filling it would have made
-// one of them drop a release still owed.
+// resend puts back in the set the releases acknowledged in the recentFor
+// before the latest break began (brokeAt; before now when no break is
+// known since the last resend, or its last failure is older than
+// breakFresh) that are not given up and not owed
+// already, to be sent again, and returns them. Not those acknowledged
+// since: they reached the server that answers now. Newest first (a
+// promoted replica that missed some misses the newest, which replication
+// had least time to carry), and no more than the set has room for now: one
+// sent again must never push out one still owed. It joins the set as spare
+// (add), so that a release made later pushes it out before any owed one.
+// All under one hold of p.mu: a release added between counting the room
+// and filling it would have made one of them drop a release still owed.
 func (p *pendingReleases) resend() []ackedRelease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.trimRecent(now)
+	end := now
+	if !p.brokeAt.IsZero() && now.Sub(p.failedAt) <= breakFresh {
+		end = p.brokeAt
+	}
+	p.brokeAt = time.Time{}
 	if p.m == nil {
 		p.m = make(map[release]*pending)
 	}
 	var out []ackedRelease
 	for i := len(p.recent) - 1; i >= 0 && len(p.m) < max(p.max, 1); i-- {
 		r := p.recent[i]
+		if r.at.After(end) {
+			continue
+		}
+		if end.Sub(r.at) > recentFor {
+			break // the older ones too
+		}
 		if _, owed := p.m[r.release]; owed || !now.Before(r.until) {
 			continue
 		}
@@ -310,6 +373,7 @@ func (p *pendingReleases) failed(rs []release) (gaveUp []release) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
+	p.failureLocked(now)
 	for _, r := range rs {
 		e := p.m[r]
 		if e == nil {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -237,10 +238,22 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fencestore.Unavailable(err)
 	}
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		return fencestore.Unavailable(fmt.Errorf("redisstore: ping: %w", err))
+	err := s.client.Ping(ctx).Err()
+	if err != nil {
+		err = fencestore.Unavailable(fmt.Errorf("redisstore: ping: %w", err))
+	} else {
+		err = s.pingIdentity(ctx)
 	}
-	return s.pingIdentity(ctx)
+	switch {
+	case err == nil:
+		s.pend.answered()
+	case errors.Is(err, fencestore.ErrUnavailable):
+		// A break, seen even when nothing else is sent (resend); on a
+		// Cluster maybe a master's failover (refreshSlots).
+		s.pend.failure(time.Now())
+		s.refreshSlots()
+	}
+	return err
 }
 
 // Close closes the client. Closing twice is harmless. The releases still

@@ -33,9 +33,9 @@ import (
 // release sent again) is dropped, else the oldest release, counted
 // (DroppedReleases) and logged. A release is
 // idempotent (the second finds nothing and announces nothing), so sending
-// one twice is harmless; the releases acknowledged in the last few seconds
-// are sent again when the store's subscription comes back after a break (a
-// failover may have promoted a replica that never received them).
+// one twice is harmless; the releases acknowledged in the seconds before a
+// break are sent again when the store's subscription comes back after it
+// (a failover may have promoted a replica that never received them).
 
 // releaseTimeout bounds one attempt of a release sent on its own (not
 // riding an admission's pipeline).
@@ -66,11 +66,16 @@ func releaseUntil(start time.Time, bound time.Duration) time.Time {
 	return start.Add(bound + releaseFor)
 }
 
-// How many releases, and for how long, stay known after their
-// acknowledgement, to be sent again after a break of the subscription.
+// The releases acknowledged lately, sent again after a break: at most
+// recentReleases of them are kept, each for recentKeep (a failover may
+// take minutes to be noticed over), and a resend takes those acknowledged
+// in the recentFor before the break began (pendingReleases.resend): a
+// break is noticed at once under traffic, and at the admin's next look at
+// the store (Ping, every 5 s) when idle.
 const (
 	recentReleases = 4096
-	recentFor      = 5 * time.Second
+	recentKeep     = 10 * time.Minute
+	recentFor      = 10 * time.Second
 )
 
 // Release ends f's flight: its release removes its entry and, when a later
@@ -195,6 +200,7 @@ func (s *Store) sendAlone(r release, until time.Time, urgent bool) {
 			s.pend.acked([]release{r}, until)
 			return
 		}
+		s.pend.failure(time.Now())
 		if !time.Now().Add(wait).Before(until) {
 			s.pend.done([]release{r})
 			s.releaseFailed(r.key, err)
@@ -303,10 +309,11 @@ func (s *Store) settleRiders(owned []release, err error) {
 	}
 }
 
-// resendRecent sends again the releases acknowledged in the last recentFor
-// that are not given up (the newest, as many as the pending set has room
-// for, never at the cost of one owed: pendingReleases.resend): the store
-// came back after a break, maybe on a replica promoted without them.
+// resendRecent sends again the releases acknowledged in the recentFor
+// before the latest break began that are not given up (the newest, as
+// many as the pending set has room for, never at the cost of one owed:
+// pendingReleases.resend): the store came back after a break, maybe on a
+// replica promoted without them.
 func (s *Store) resendRecent() {
 	for _, r := range s.pend.resend() {
 		s.wakeSender(r.release, r.until, true)

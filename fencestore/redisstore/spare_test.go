@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -300,5 +301,80 @@ func TestResendAckedNotRememberedAgain(t *testing.T) {
 	p.ackedEach([]release{r1})
 	if len(p.recent) != 1 {
 		t.Fatalf("recent = %v; want r1 once, from its first acknowledgement", p.recent)
+	}
+}
+
+// A resend looks back from the start of the break, not from its own
+// moment: a failover takes as long as the cluster needs to judge the
+// master failed (5 to 30 s in production), far past recentFor, and the
+// releases a promoted replica may lack are those acknowledged just before
+// the crash. Those acknowledged after the break began (by the promoted
+// replica, before the subscription came back) are not sent again.
+func TestResendLooksBackFromBreak(t *testing.T) {
+	now := time.Now()
+	until := now.Add(time.Hour)
+	at := func(d time.Duration) time.Time { return now.Add(d) }
+	type ack struct {
+		name string
+		at   time.Duration // from now
+	}
+	for _, tc := range []struct {
+		name   string
+		acks   []ack
+		breaks func(p *pendingReleases)
+		want   []string // newest first
+	}{
+		{
+			name: "a 20 s failover",
+			acks: []ack{{"long-before", -32 * time.Second}, {"before", -20*time.Second - time.Millisecond}, {"after", -2 * time.Second}},
+			breaks: func(p *pendingReleases) {
+				p.failure(at(-20 * time.Second))
+				p.failure(at(-15 * time.Second)) // the same break
+			},
+			want: []string{"before"},
+		},
+		{
+			name:   "no break seen: the last recentFor",
+			acks:   []ack{{"old", -recentFor - time.Second}, {"new", -time.Second}},
+			breaks: func(*pendingReleases) {},
+			want:   []string{"new"},
+		},
+		{
+			name: "a break that ended long ago: the last recentFor",
+			acks: []ack{{"then", -61 * time.Second}, {"now", -time.Second}},
+			breaks: func(p *pendingReleases) {
+				p.failure(at(-60 * time.Second))
+				p.failure(at(-breakFresh - time.Second))
+			},
+			want: []string{"now"},
+		},
+		{
+			name: "answered in between: the latest break counts",
+			acks: []ack{{"first", -31 * time.Second}, {"second", -12 * time.Second}},
+			breaks: func(p *pendingReleases) {
+				p.failure(at(-30 * time.Second))
+				p.answered()
+				p.failure(at(-11 * time.Second))
+			},
+			want: []string{"second"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pendingReleases{max: 16}
+			name := map[release]string{}
+			for _, a := range tc.acks {
+				r := releaseOf("k", 1, a.name)
+				name[r] = a.name
+				p.recent = append(p.recent, ackedRelease{release: r, until: until, at: at(a.at)})
+			}
+			tc.breaks(&p)
+			var got []string
+			for _, r := range p.resend() {
+				got = append(got, name[r.release])
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("resend = %v; want %v", got, tc.want)
+			}
+		})
 	}
 }
