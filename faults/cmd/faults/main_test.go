@@ -69,6 +69,10 @@ func TestBrokenSystemsFail(t *testing.T) {
 		// A Cluster whose nodes keep no AOF: the dead shard's master comes
 		// back empty, and its marks are found lost.
 		{"nopersist", "cluster-shard-kill", []string{"lost_marks", "regressions"}, []string{"dead_shard_2xx"}},
+		// A Cluster that refuses every slot while one is not covered: the
+		// other shards' requests get 503 while the killed master is judged
+		// failed and not yet replaced.
+		{"fullcoverage", "cluster-failover", []string{"other_shards_unavailable"}, []string{"stale_admissions", "unfenced_forwards", "regressions", "lost_marks"}},
 		// Refused requests also reach the upstream by another path.
 		{"bypass", "load", []string{"unfenced_forwards"}, []string{"stale_admissions", "regressions"}},
 		// Redis without AOF, killed, and both replicas restarted with it:

@@ -35,13 +35,17 @@ const (
 // (cluster-require-full-coverage no): with the default, every node refuses
 // every command from the moment the master is judged failed until its
 // replica is promoted, and the scenario could not show the other shards
-// serving through the failover.
+// serving through the failover (the "fullcoverage" control runs that).
 func (e *env) clusterNodeArgs() ([]string, error) {
 	bus, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
-	args := append(e.aofArgs(), "--repl-diskless-sync-delay", "0", "--cluster-require-full-coverage", "no")
+	coverage := "no"
+	if e.opts.Break == "fullcoverage" {
+		coverage = "yes"
+	}
+	args := append(e.aofArgs(), "--repl-diskless-sync-delay", "0", "--cluster-require-full-coverage", coverage)
 	return append(args, redistest.ClusterNodeArgs(bus, clusterNodeTimeout)...), nil
 }
 

@@ -110,6 +110,14 @@ func TestClusterFigures(t *testing.T) {
 	if p := expectCluster(&env{}, ops); len(p) != 1 {
 		t.Fatalf("problems %v, want no shard killed", p)
 	}
+	var res Result
+	if judgeCluster(e, ops, &res); len(res.Violations) != 1 {
+		t.Fatalf("violations %v, want the other shard's 503", res.Violations)
+	}
+	res = Result{}
+	if judgeCluster(e, ops[:len(ops)-2], &res); len(res.Violations) != 0 {
+		t.Fatalf("violations %v, want none without the other shard's 503", res.Violations)
+	}
 }
 
 // TestClusterTopology starts the topology (six real nodes), and checks
@@ -218,14 +226,16 @@ func checkSpread(t *testing.T, shards []clusterShard, resources int) {
 
 // TestShardKillJudged: a request for the dead shard's resources sent
 // after its master's kill and answered 2xx before its restart is a
-// violation, not a fault that failed to show; refusals and the other
-// shards' admissions are what a passing run shows.
+// violation, not a fault that failed to show, and so is one for the other
+// shards' refused then; refusals and the other shards' admissions are what
+// a passing run shows.
 func TestShardKillJudged(t *testing.T) {
 	k := &shardKill{victim: []string{"r1"}, others: []string{"r0"}, start: 90, dead: 100, back: 200}
 	refused := check.Op{Resource: "r1", Outcome: check.Unavailable, Status: 503, Call: 110, Return: 120}
 	admitted := check.Op{Resource: "r1", Outcome: check.Admitted, Status: 200, Call: 110, Return: 120}
 	before := check.Op{Resource: "r1", Outcome: check.Admitted, Status: 200, Call: 95, Return: 120} // sent before the kill
 	other := check.Op{Resource: "r0", Outcome: check.Admitted, Status: 200, Call: 110, Return: 120}
+	otherRefused := check.Op{Resource: "r0", Outcome: check.Unavailable, Status: 503, Call: 130, Return: 140}
 	for _, tc := range []struct {
 		name       string
 		ops        []check.Op
@@ -236,6 +246,7 @@ func TestShardKillJudged(t *testing.T) {
 		{"admitted while down", []check.Op{admitted, other}, 1, 0},
 		{"nothing refused", []check.Op{before, other}, 0, 1},
 		{"other shards idle", []check.Op{refused}, 0, 1},
+		{"other shards refused", []check.Op{refused, other, otherRefused}, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &env{shardKill: k}

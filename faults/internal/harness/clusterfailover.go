@@ -103,12 +103,29 @@ func expectCluster(e *env, ops []check.Op) []string {
 	return out
 }
 
+// judgeCluster: no request for the other shards' resources answered 503
+// or failed while a shard failed over (other_shards_unavailable): one
+// master's failover must not reach the others' requests.
+func judgeCluster(e *env, ops []check.Op, res *Result) {
+	for i, k := range e.clusterKills {
+		if _, _, otherDown := clusterFigures(k, ops); otherDown > 0 {
+			res.Violations = append(res.Violations, otherShardsDown(fmt.Sprintf("cluster-failover round %d", i+1), otherDown))
+		}
+	}
+}
+
+// otherShardsDown is the violation of a run whose other shards refused n
+// requests while one was down.
+func otherShardsDown(what string, n int) string {
+	return fmt.Sprintf("%s: %d requests for the other shards' resources answered 503 or failed while one shard was down", what, n)
+}
+
 // clusterFigures: of one kill, the requests for the killed shard's
 // resources answered 503 or failed while it lasted (hit), those for the
 // other shards' resources both sent and answered 2xx while it lasted
-// (served), and those answered 503 or failed then (otherDown: reported; a
-// client that reaches the dead master for a slot of another shard would
-// show here).
+// (served), and those answered 503 or failed then (otherDown, a violation:
+// a batch that waits on the dead master for another's admissions, or a
+// cluster that refuses every slot while one is not covered, shows here).
 func clusterFigures(k clusterKill, ops []check.Op) (hit, served, otherDown int) {
 	in := func(t int64) bool { return t >= k.start && t <= k.rejoined }
 	for i := range ops {

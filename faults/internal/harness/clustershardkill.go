@@ -126,14 +126,18 @@ func shardKillFigures(k *shardKill, ops []check.Op) (deadOK, deadDown, served, o
 }
 
 // judgeShardKill: nothing for the dead shard's resources admitted while it
-// was down.
+// was down, and nothing for the other shards' refused then.
 func judgeShardKill(e *env, ops []check.Op, res *Result) {
 	if e.shardKill == nil {
 		return
 	}
-	if n, _, _, _ := shardKillFigures(e.shardKill, ops); n > 0 {
+	n, _, _, otherDown := shardKillFigures(e.shardKill, ops)
+	if n > 0 {
 		res.Violations = append(res.Violations, fmt.Sprintf("cluster-shard-kill: %d requests for the dead shard's resources (%s) answered 2xx while its master and replica were down",
 			n, strings.Join(e.shardKill.victim, ",")))
+	}
+	if otherDown > 0 {
+		res.Violations = append(res.Violations, otherShardsDown("cluster-shard-kill", otherDown))
 	}
 }
 

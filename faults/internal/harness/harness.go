@@ -61,6 +61,11 @@ type Options struct {
 	//     subscription comes back. On failover-barrier it breaks the
 	//     retries and re-sends themselves: the entries whose releases the
 	//     failover lost hold their resources past resume_s's target.
+	//   - "fullcoverage": the Cluster's nodes with
+	//     cluster-require-full-coverage yes (Redis's default): from the
+	//     moment the killed master is judged failed until it is replaced,
+	//     every node refuses every command, so the other shards' requests
+	//     get 503 too (other_shards_unavailable).
 	//   - "nogeneration": redis-restore with the restored copy's generation
 	//     raised above any a replica has seen, so that the generation check
 	//     has nothing to refuse (as without it), and no recovery: the stale
@@ -79,7 +84,7 @@ type Options struct {
 }
 
 // Breaks lists the valid Options.Break values.
-var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "broadcast", "noraise", "etcdwipe", "shortdeadline", "noretry", "nogeneration"}
+var Breaks = []string{"memory", "bypass", "nopersist", "nodrain", "broadcast", "noraise", "etcdwipe", "shortdeadline", "noretry", "nogeneration", "fullcoverage"}
 
 // testBreaks are the controls that break the proxy itself: no setting of
 // the shipped binary turns off what they break, so they run a binary built

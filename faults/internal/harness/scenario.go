@@ -35,7 +35,7 @@ func scenarios(p params) []*scenario {
 		// A Redis Cluster shard's master SIGKILLed mid-load, its replica
 		// promoted, the killed node back as its replica; the other shards
 		// serve throughout.
-		{name: "cluster-failover", topo: redisCluster, inject: clusterFailover, expect: expectCluster, fields: clusterFields},
+		{name: "cluster-failover", topo: redisCluster, inject: clusterFailover, judge: judgeCluster, expect: expectCluster, fields: clusterFields},
 		// A shard's replica and master SIGKILLed: no failover possible; its
 		// resources refused (fail closed), the others served, until it
 		// comes back on its files.
