@@ -262,8 +262,8 @@ func (s *Store) refreshSlots() {
 	}
 }
 
-// resendAfterFailure sends again the releases acknowledged in the
-// recentFor before the break, at most once per resendEvery: an admission
+// resendAfterFailure sends again the releases acknowledged since recentFor
+// before the break, at most once per resendEvery: an admission
 // or a look at a Cluster failed, and its node may be failing over to a
 // replica that lacks some of them. The subscription's coming back does
 // that only for a failover of its own node (drain.go); without this, an

@@ -122,7 +122,7 @@
 // wait the bound out. At most a bounded number are owed at once
 // (1024, or four times MaxBatch per pipeline): past it the oldest abandon
 // (or release sent again) is dropped, else the oldest release, logged and
-// counted (Store.DroppedReleases); the releases acknowledged in the ten
+// counted (Store.DroppedReleases); the releases acknowledged since ten
 // seconds before a break began (the first failure after an
 // acknowledgement, however long the failover then takes) are sent again
 // when the subscription comes back after it (a promoted replica may lack

@@ -50,11 +50,11 @@ type pendingReleases struct {
 	// brokeAt is when the latest break began: the first failure (an
 	// admission, a release or a ping the store did not answer) after the
 	// last acknowledgement, while broken; zero once a resend used it.
-	// resend sends the releases acknowledged just before it, not just
-	// before the resend: a failover takes as long as the cluster needs to
-	// judge the master failed (Sentinel's down-after-milliseconds,
-	// cluster-node-timeout: 5 to 30 s in production), and the releases a
-	// promoted replica may lack are those of the moments before the crash.
+	// resend reaches back to just before it, not just before the resend:
+	// a failover takes as long as the cluster needs to judge the master
+	// failed (Sentinel's down-after-milliseconds, cluster-node-timeout: 5
+	// to 30 s in production), and the releases a promoted replica may lack
+	// are those of the moments before the crash.
 	brokeAt time.Time
 	broken  bool
 	// failedAt is the latest failure: a break whose last failure is older
@@ -323,26 +323,31 @@ func (p *pendingReleases) trimRecent(now time.Time) {
 	}
 }
 
-// resend puts back in the set the releases acknowledged in the recentFor
+// resend puts back in the set the releases acknowledged since recentFor
 // before the latest break began (brokeAt; before now when no break is
 // known since the last resend, or its last failure is older than
-// breakFresh) that are not given up and not owed
-// already, to be sent again, and returns them. Not those acknowledged
-// since: they reached the server that answers now. Newest first (a
-// promoted replica that missed some misses the newest, which replication
-// had least time to carry), and no more than the set has room for now: one
-// sent again must never push out one still owed. It joins the set as spare
-// (add), so that a release made later pushes it out before any owed one.
-// All under one hold of p.mu: a release added between counting the room
-// and filling it would have made one of them drop a release still owed.
+// breakFresh) that are not given up and not owed already, to be sent
+// again, and returns them. From before the break, however long ago: a
+// failover takes as long as the cluster needs to judge the master failed,
+// and the releases a promoted replica may lack are those acknowledged
+// just before the crash, or, when the master was cut off from its
+// replicas and kept answering, during the cut. Those the promoted replica
+// acknowledged itself before the resend go too (they are the newest, and
+// find nothing). Newest first (a promoted replica that missed some misses
+// the newest, which replication had least time to carry), and no more
+// than the set has room for now: one sent again must never push out one
+// still owed. It joins the set as spare (add), so that a release made
+// later pushes it out before any owed one. All under one hold of p.mu: a
+// release added between counting the room and filling it would have made
+// one of them drop a release still owed.
 func (p *pendingReleases) resend() []ackedRelease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.trimRecent(now)
-	end := now
+	from := now.Add(-recentFor)
 	if !p.brokeAt.IsZero() && now.Sub(p.failedAt) <= breakFresh {
-		end = p.brokeAt
+		from = p.brokeAt.Add(-recentFor)
 	}
 	p.brokeAt = time.Time{}
 	if p.m == nil {
@@ -351,10 +356,7 @@ func (p *pendingReleases) resend() []ackedRelease {
 	var out []ackedRelease
 	for i := len(p.recent) - 1; i >= 0 && len(p.m) < max(p.max, 1); i-- {
 		r := p.recent[i]
-		if r.at.After(end) {
-			continue
-		}
-		if end.Sub(r.at) > recentFor {
+		if r.at.Before(from) {
 			break // the older ones too
 		}
 		if _, owed := p.m[r.release]; owed || !now.Before(r.until) {

@@ -69,7 +69,7 @@ func releaseUntil(start time.Time, bound time.Duration) time.Time {
 // The releases acknowledged lately, sent again after a break: at most
 // recentReleases of them are kept, each for recentKeep (a failover may
 // take minutes to be noticed over), and a resend takes those acknowledged
-// in the recentFor before the break began (pendingReleases.resend): a
+// since recentFor before the break began (pendingReleases.resend): a
 // break is noticed at once under traffic, and at the admin's next look at
 // the store (Ping, every 5 s) when idle.
 const (
@@ -309,7 +309,7 @@ func (s *Store) settleRiders(owned []release, err error) {
 	}
 }
 
-// resendRecent sends again the releases acknowledged in the recentFor
+// resendRecent sends again the releases acknowledged since recentFor
 // before the latest break began that are not given up (the newest, as
 // many as the pending set has room for, never at the cost of one owed:
 // pendingReleases.resend): the store came back after a break, maybe on a

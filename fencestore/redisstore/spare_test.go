@@ -304,12 +304,11 @@ func TestResendAckedNotRememberedAgain(t *testing.T) {
 	}
 }
 
-// A resend looks back from the start of the break, not from its own
-// moment: a failover takes as long as the cluster needs to judge the
-// master failed (5 to 30 s in production), far past recentFor, and the
-// releases a promoted replica may lack are those acknowledged just before
-// the crash. Those acknowledged after the break began (by the promoted
-// replica, before the subscription came back) are not sent again.
+// A resend reaches back to recentFor before the break began, not before
+// its own moment: a failover takes as long as the cluster needs to judge
+// the master failed (5 to 30 s in production), far past recentFor, and
+// the releases a promoted replica may lack are those acknowledged just
+// before the crash (or during a cut, when the master kept answering).
 func TestResendLooksBackFromBreak(t *testing.T) {
 	now := time.Now()
 	until := now.Add(time.Hour)
@@ -331,7 +330,7 @@ func TestResendLooksBackFromBreak(t *testing.T) {
 				p.failure(at(-20 * time.Second))
 				p.failure(at(-15 * time.Second)) // the same break
 			},
-			want: []string{"before"},
+			want: []string{"after", "before"},
 		},
 		{
 			name:   "no break seen: the last recentFor",
@@ -350,13 +349,13 @@ func TestResendLooksBackFromBreak(t *testing.T) {
 		},
 		{
 			name: "answered in between: the latest break counts",
-			acks: []ack{{"first", -31 * time.Second}, {"second", -12 * time.Second}},
+			acks: []ack{{"first", -42 * time.Second}, {"second", -22 * time.Second}, {"third", -time.Second}},
 			breaks: func(p *pendingReleases) {
-				p.failure(at(-30 * time.Second))
+				p.failure(at(-41 * time.Second))
 				p.answered()
-				p.failure(at(-11 * time.Second))
+				p.failure(at(-21 * time.Second))
 			},
-			want: []string{"second"},
+			want: []string{"third", "second"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
