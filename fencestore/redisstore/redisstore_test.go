@@ -937,3 +937,53 @@ func benchParallel(b *testing.B, srv *redistest.Server, opts redisstore.Options)
 		}
 	})
 }
+
+// With MinReplicas, a write the replicas never acknowledged (WAIT timed
+// out: its request got 503) does not count as seen: a server that answers
+// later without it (a replica promoted after a replication hiccup, here
+// the generation set back to what the replica holds) has lost nothing
+// anyone relied on, and admits. Before, its generation was seen before
+// WAIT's answer, and that server was refused as gone back in time
+// (store-lost, until an operator acted).
+func TestUnacknowledgedGenerationNotSeen(t *testing.T) {
+	primary, replica := startReplicated(t)
+	ctx := t.Context()
+	s, prefix := newStore(t, primary, redisstore.Options{MinReplicas: 1, WaitTimeout: 2 * time.Second})
+	id, err := s.Init(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Expect(id)
+	admit := func(token uint64) (fencestore.Decision, error) {
+		return s.Admit(ctx, fencestore.Admission{Resource: "r", Token: token, Compare: fencestore.Greater})
+	}
+	if d, err := admit(1); err != nil || !d.Admitted {
+		t.Fatalf("Admit(1) = %+v, %v; want admitted", d, err)
+	}
+	gkey := "{" + prefix + "}:generation"
+	pc := primary.Client(t)
+	acked, err := pc.HGet(ctx, gkey, "g").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	replica.Stop()
+	var ackErr *redisstore.ReplicaAckError
+	if _, err := admit(2); !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ackErr) {
+		replica.Cont()
+		t.Fatalf("Admit(2) with the replica frozen = %v; want unavailable, not acknowledged", err)
+	}
+	if g, _ := pc.HGet(ctx, gkey, "g").Result(); g == acked {
+		replica.Cont()
+		t.Fatalf("the generation stayed %s: the refused admission wrote nothing", g)
+	}
+	// The server now answers as the replica, promoted, would: without the
+	// write it never acknowledged.
+	if err := pc.HSet(ctx, gkey, "g", acked).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica.Cont()
+	if d, err := admit(3); err != nil || !d.Admitted {
+		t.Fatalf("Admit(3) after the unacknowledged write was lost = %+v, %v; want admitted", d, err)
+	}
+}

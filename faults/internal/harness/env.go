@@ -117,6 +117,14 @@ type scenario struct {
 	loadCfg func(e *env, c *loadConfig)
 	// replicas is how many fenceproxy replicas setup starts (0: two).
 	replicas int
+	// downAfter is the sentinels' down-after-milliseconds (0: one second):
+	// how long a silent master goes before it is judged failed.
+	downAfter time.Duration
+	// replCut, on sentinelTwo, puts the second replica behind a toxiproxy
+	// link too, and failoverBarrier cuts both replicas' links this long
+	// before the master's kill: what the master acknowledged meanwhile (a
+	// release) reaches neither.
+	replCut time.Duration
 }
 
 // window is an interval in which a fault was active; replica is the proxy
@@ -139,15 +147,17 @@ type env struct {
 	toxics   []*Toxic
 	link     *Toxic // proxies -> Redis (viaToxic)
 	replLink *Toxic // replica -> first master (sentinel topologies)
-	master   *Redis
-	replica  *Redis
-	replica2 *Redis // sentinelTwo's second replica
-	sents    *sentinelGroup
-	nodes    []*Redis // redisCluster's nodes: the first three started as masters
-	proxies  []*Replica
-	rc       redis.UniversalClient // the reader's client (Redis topologies)
-	etcd     *etcdtest.Cluster     // the etcd topology's members
-	ec       *clientv3.Client      // the reader's client of every member (etcd)
+	// replLink2 is sentinelTwo's second replica's link, with replCut.
+	replLink2 *Toxic
+	master    *Redis
+	replica   *Redis
+	replica2  *Redis // sentinelTwo's second replica
+	sents     *sentinelGroup
+	nodes     []*Redis // redisCluster's nodes: the first three started as masters
+	proxies   []*Replica
+	rc        redis.UniversalClient // the reader's client (Redis topologies)
+	etcd      *etcdtest.Cluster     // the etcd topology's members
+	ec        *clientv3.Client      // the reader's client of every member (etcd)
 	// etcdKills are the etcd-leader-kill rounds.
 	etcdKills []etcdKill
 	rd        *reader
@@ -302,16 +312,28 @@ func (e *env) setup() error {
 			return err
 		}
 		if e.sc.topo == sentinelTwo {
-			// A second replica, straight to the master: after a failover
-			// the promoted one still has a replica to acknowledge marks.
-			if e.replica2, err = e.h.startReplica("redis-c", e.master, e.master.Addr(), e.aofArgs()...); err != nil {
+			// A second replica, straight to the master (through a link of
+			// its own when the scenario cuts both): after a failover the
+			// promoted one still has a replica to acknowledge marks.
+			via2 := e.master.Addr()
+			if e.sc.replCut > 0 {
+				if e.replLink2, err = e.newToxic("replication-2", e.master.Addr()); err != nil {
+					return err
+				}
+				via2 = e.replLink2.Addr()
+			}
+			if e.replica2, err = e.h.startReplica("redis-c", e.master, via2, e.aofArgs()...); err != nil {
 				return err
 			}
 			for _, r := range []*Redis{e.replica, e.replica2} {
 				_, _ = redistest.Do(r.Addr(), nil, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
 			}
 		}
-		if e.sents, err = e.h.startSentinels(3, "mymaster", e.master, time.Second, 3*time.Second); err != nil {
+		downAfter := time.Second
+		if e.sc.downAfter > 0 {
+			downAfter = e.sc.downAfter
+		}
+		if e.sents, err = e.h.startSentinels(3, "mymaster", e.master, downAfter, 3*time.Second); err != nil {
 			return err
 		}
 		proxyEnv["FENCE_REDIS_SENTINEL_ADDRS"] = strings.Join(e.sents.addrs(), ",")

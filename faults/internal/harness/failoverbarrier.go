@@ -20,6 +20,15 @@ import (
 // admitted a request sent after it (answered 2xx); the scenario fails past
 // resumeTarget. Its control, "noretry", runs proxies that send a release
 // once and never again (harness.go).
+//
+// failover-slow-cut: the same, with a failover as slow as production's
+// (down-after-milliseconds 6 s) after both replicas were cut off for a
+// second: the requests in flight at the cut had entries the replicas hold,
+// and releases the master acknowledged during the cut, which neither
+// replica received. The promoted one holds those entries until a replica
+// sends the releases again: only releases acknowledged since a little
+// before the break began do (the first failure, here the WAITs that fail
+// during the cut), and the failover ends 7 s and more after the cut.
 
 const (
 	resumeTarget          = 5 * time.Second
@@ -32,6 +41,16 @@ func failoverBarrier(ctx context.Context, e *env) error {
 	}
 	old := e.master
 	start := e.now()
+	if e.sc.replCut > 0 {
+		// Both replicas cut off: the master acknowledges releases (not
+		// admissions: WAIT fails) that neither will have when promoted.
+		e.replLink.Disable()
+		e.replLink2.Disable()
+		if err := e.sleep(ctx, e.sc.replCut); err != nil {
+			return err
+		}
+		e.logf("replication links cut for %v before the kill", e.sc.replCut)
+	}
 	pid := old.Pid()
 	if err := old.Kill(); err != nil {
 		return err
