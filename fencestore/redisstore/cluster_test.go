@@ -155,13 +155,7 @@ func TestClusterLostReleaseSentAgain(t *testing.T) {
 		}
 		addr = node.Options().Addr
 	}
-	d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 1, Compare: fencestore.Greater, Flight: time.Minute})
-	if err != nil || !d.Admitted || !d.Flight.Registered() {
-		t.Fatalf("Admit(1) = %+v, %v; want admitted in flight", d, err)
-	}
-	e := onlyEntry(t, addr, prefix)
-	s.Release(d.Flight)
-	e.waitGone(t, addr, 5*time.Second, "the release taken")
+	e := releasedEntry(t, s, res, addr, prefix)
 	// The node loses the release, as a promoted replica that missed it.
 	e.put(t, addr)
 	// An admission on that node fails: its reply is lost on the way.
@@ -179,6 +173,22 @@ func TestClusterLostReleaseSentAgain(t *testing.T) {
 type flightEntry struct {
 	key, member string
 	score       any
+}
+
+// releasedEntry admits token 1 on res with a barrier (a bound of a
+// minute), reads its entry on the node at addr, releases it and waits
+// until the node holds it no longer: the entry, to write back as a node
+// that lost the release holds it.
+func releasedEntry(t testing.TB, s *redisstore.Store, res, addr, prefix string) flightEntry {
+	t.Helper()
+	d, err := s.Admit(t.Context(), fencestore.Admission{Resource: res, Token: 1, Compare: fencestore.Greater, Flight: time.Minute})
+	if err != nil || !d.Admitted || !d.Flight.Registered() {
+		t.Fatalf("Admit(1) = %+v, %v; want admitted in flight", d, err)
+	}
+	e := onlyEntry(t, addr, prefix)
+	s.Release(d.Flight)
+	e.waitGone(t, addr, 5*time.Second, "the release taken")
+	return e
 }
 
 // onlyEntry reads the one in-flight entry of the store with prefix on the

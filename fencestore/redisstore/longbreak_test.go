@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceproxy/fenceproxy/fencestore"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore"
 	"github.com/fenceproxy/fenceproxy/fencestore/redisstore/redistest"
 )
@@ -27,13 +26,7 @@ func TestLongBreakResendsFromItsStart(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	s, prefix := newStore(t, srv, redisstore.Options{})
 	ctx := t.Context()
-	d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 1, Compare: fencestore.Greater, Flight: time.Minute})
-	if err != nil || !d.Admitted || !d.Flight.Registered() {
-		t.Fatalf("Admit(1) = %+v, %v; want admitted in flight", d, err)
-	}
-	e := onlyEntry(t, srv.Addr(), prefix)
-	s.Release(d.Flight)
-	e.waitGone(t, srv.Addr(), 5*time.Second, "the release taken")
+	e := releasedEntry(t, s, "r", srv.Addr(), prefix)
 	// The server loses the release, as a promoted replica that missed it
 	// (written before the crash, so that the restarted server holds it).
 	e.put(t, srv.Addr())
@@ -91,13 +84,7 @@ func TestClusterIdleShardResends(t *testing.T) {
 	}
 	replica := replicaOf(t, cluster, master.Addr())
 
-	d, err := s.Admit(ctx, fencestore.Admission{Resource: res, Token: 1, Compare: fencestore.Greater, Flight: time.Minute})
-	if err != nil || !d.Admitted || !d.Flight.Registered() {
-		t.Fatalf("Admit(1) = %+v, %v; want admitted in flight", d, err)
-	}
-	e := onlyEntry(t, master.Addr(), prefix)
-	s.Release(d.Flight)
-	e.waitGone(t, master.Addr(), 5*time.Second, "the release taken")
+	e := releasedEntry(t, s, res, master.Addr(), prefix)
 	// The replica holds the entry, as one the master's crash cut off from
 	// the release would: written back on the master and replicated (a
 	// cluster replica takes no writes of its own).
