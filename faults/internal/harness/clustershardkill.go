@@ -55,6 +55,20 @@ func clusterShardKill(ctx context.Context, e *env) error {
 	if err := master.Restart(); err != nil {
 		return err
 	}
+	if e.rd != nil {
+		// What the master read back from its files, read the moment it
+		// serves them, before a proxy can write there (a later admission
+		// can only raise a mark, and would hide one lost).
+		var reads []check.Op
+		if err := waitFor(master.Proc, 30*time.Second, master.Name+" serves its marks", func() error {
+			var err error
+			reads, err = e.rd.replicaSnapshot(master.Addr(), sh.resources)
+			return err
+		}); err != nil {
+			return err
+		}
+		e.checkpoint(k.start, reads)
+	}
 	// Every live node must see the master serve its slots again (the
 	// others clear its failure a while after it answers).
 	for _, n := range e.nodes {
@@ -69,15 +83,6 @@ func clusterShardKill(ctx context.Context, e *env) error {
 	}
 	k.served = e.now()
 	e.promoted = k.served
-	if e.rd != nil {
-		// What the master read back from its files (later admissions can
-		// only raise a mark).
-		reads, err := e.rd.replicaSnapshot(master.Addr(), sh.resources)
-		if err != nil {
-			return err
-		}
-		e.checkpoint(k.start, reads)
-	}
 	if err := rejoin(replica, master); err != nil {
 		return err
 	}
