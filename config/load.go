@@ -51,7 +51,7 @@ type rawEnv struct {
 	EtcdUsername  string `env:"FENCE_ETCD_USERNAME" help:"etcd RBAC user (read and write on the key prefix)"`
 	EtcdPassword  string `env:"FENCE_ETCD_PASSWORD" help:"password of FENCE_ETCD_USERNAME"`
 	EtcdCAFile    string `env:"FENCE_ETCD_TLS_CA_FILE" help:"PEM bundle to verify the etcd members (TLS)"`
-	EtcdCertFile  string `env:"FENCE_ETCD_TLS_CERT_FILE" help:"client certificate for etcd (with FENCE_ETCD_TLS_KEY_FILE)"`
+	EtcdCertFile  string `env:"FENCE_ETCD_TLS_CERT_FILE" help:"client certificate for etcd (with FENCE_ETCD_TLS_KEY_FILE), read again at each new connection when it changed"`
 	EtcdKeyFile   string `env:"FENCE_ETCD_TLS_KEY_FILE" help:"private key of FENCE_ETCD_TLS_CERT_FILE"`
 
 	RedisURL      string `env:"FENCE_REDIS_URL" help:"redis://[user:pass@]host:port/db or rediss://...; set, the store is Redis"`

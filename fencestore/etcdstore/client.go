@@ -1,12 +1,14 @@
 package etcdstore
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,8 +33,9 @@ type ClientOptions struct {
 	Username, Password string
 	// TLS is on when CAFile, CertFile or an https:// endpoint is given.
 	// CAFile is a PEM bundle that verifies the members (the system's roots
-	// when empty); CertFile and KeyFile, both or neither, are the client
-	// certificate for members that require one.
+	// when empty), read once; CertFile and KeyFile, both or neither, are
+	// the client certificate for members that require one, read again at
+	// each new connection when they changed (clientCertFiles).
 	CAFile, CertFile, KeyFile string
 	// DialTimeout bounds the first connection and authentication. Zero
 	// means DefaultDialTimeout.
@@ -98,11 +101,11 @@ func NewClient(o ClientOptions) (*clientv3.Client, error) {
 			}
 		}
 		if o.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-			if err != nil {
+			kp := &clientCertFiles{certFile: o.CertFile, keyFile: o.KeyFile, log: cfg.Logger}
+			if err := kp.load(); err != nil {
 				return nil, fmt.Errorf("etcdstore: client certificate: %w", err)
 			}
-			t.Certificates = []tls.Certificate{cert}
+			t.GetClientCertificate = kp.get
 		}
 		cfg.TLS = t
 	}
@@ -111,4 +114,54 @@ func NewClient(o ClientOptions) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
 	return c, nil
+}
+
+// clientCertFiles is the client certificate, read from its files again at
+// each TLS handshake (a new connection to a member) and parsed when they
+// changed. Certificates are renewed on disk (cert-manager, a Kubernetes
+// Secret's swap), often for lifetimes of days; read once, the certificate
+// of the process's start would be presented until it expired, and every
+// connection after that (a member restarted, a network blip) would be
+// refused, the store down until the sidecar restarted
+// (TestClientCertRenewedOnDisk). A pair that does not read or parse (the
+// key written, the certificate not yet) leaves the last good one in use,
+// with a warning.
+type clientCertFiles struct {
+	certFile, keyFile string
+	log               *zap.Logger
+
+	mu              sync.Mutex
+	certPEM, keyPEM []byte
+	pair            *tls.Certificate
+}
+
+// load reads the files and, when they changed, parses them into pair.
+func (k *clientCertFiles) load() error {
+	certPEM, err := os.ReadFile(k.certFile)
+	if err != nil {
+		return err
+	}
+	keyPEM, err := os.ReadFile(k.keyFile)
+	if err != nil {
+		return err
+	}
+	if k.pair != nil && bytes.Equal(certPEM, k.certPEM) && bytes.Equal(keyPEM, k.keyPEM) {
+		return nil
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("%s and %s: %w", k.certFile, k.keyFile, err)
+	}
+	k.certPEM, k.keyPEM, k.pair = certPEM, keyPEM, &pair
+	return nil
+}
+
+// get is tls.Config.GetClientCertificate.
+func (k *clientCertFiles) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.load(); err != nil {
+		k.log.Warn("etcd client certificate not read again; the last one read is presented", zap.Error(err))
+	}
+	return k.pair, nil
 }

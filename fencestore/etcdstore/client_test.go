@@ -3,6 +3,7 @@ package etcdstore_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -157,5 +158,47 @@ func TestNewClientOptions(t *testing.T) {
 	defer cancel()
 	if _, err := s.Admit(ctx, fencestore.Admission{Resource: "x", Token: 1}); !errors.Is(err, fencestore.ErrUnavailable) {
 		t.Errorf("Admit on an unreachable cluster = %v", err)
+	}
+}
+
+// A client certificate renewed on disk is presented from the next
+// connection on: the one the client started with expires, the member
+// restarts (every connection is new), and the store admits again. Read
+// once, the expired certificate was presented, the member refused every
+// handshake, and the store stayed down until the process restarted.
+func TestClientCertRenewedOnDisk(t *testing.T) {
+	files := redistest.NewTLSFiles(t)
+	c := etcdtest.StartConfig(t, etcdtest.Config{TLS: &etcdtest.TLS{CA: files.CA, Cert: files.Cert, Key: files.Key,
+		ClientCertAuth: true, ClientCert: files.Cert, ClientKey: files.Key}})
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	const shortLived = 3 * time.Second
+	files.Issue(t, cert, key, "fenceproxy", shortLived)
+	expires := time.Now().Add(shortLived)
+	cl, err := etcdstore.NewClient(etcdstore.ClientOptions{Endpoints: c.Endpoints(), CAFile: files.CA, CertFile: cert, KeyFile: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := etcdstore.New(cl, etcdstore.Options{KeyPrefix: "fence:"})
+	t.Cleanup(func() { _ = s.Close() })
+	mustAdmit(t, s, fencestore.Admission{Resource: "r", Token: 1})
+
+	// Renewed, as cert-manager does before the old one expires; then the
+	// old one expires and the member restarts.
+	files.Issue(t, cert, key, "fenceproxy", time.Hour)
+	time.Sleep(time.Until(expires) + time.Second)
+	c.Members[0].Restart(t)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		d, err := s.Admit(ctx, fencestore.Admission{Resource: "r", Token: 2})
+		cancel()
+		if err == nil && d.Admitted {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Admit(2) after the renewal and a restart = %+v, %v; want admitted", d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

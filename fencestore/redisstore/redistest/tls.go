@@ -27,6 +27,10 @@ type TLSFiles struct {
 	Cert string // the server certificate
 	Key  string // the server's private key (PKCS #8)
 	Pool *x509.CertPool
+
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
 }
 
 // NewTLSFiles mints an ECDSA P-256 CA and a server certificate with the SAN
@@ -57,23 +61,45 @@ func NewTLSFiles(t testing.TB) *TLSFiles {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &TLSFiles{
+		CA:     filepath.Join(dir, "ca.pem"),
+		Cert:   filepath.Join(dir, "server.pem"),
+		Key:    filepath.Join(dir, "server-key.pem"),
+		Pool:   x509.NewCertPool(),
+		caCert: caCert,
+		caKey:  caKey,
+		serial: 1,
+	}
+	f.Pool.AddCert(caCert)
+	writePEM(t, f.CA, "CERTIFICATE", caDER)
+	// Client auth too: redis uses the same certificate for its outgoing
+	// TLS connections (replication, cluster bus).
+	f.Issue(t, f.Cert, f.Key, "redis-server", time.Hour)
+	return f
+}
 
+// Issue writes a certificate the test CA signs, for server and client
+// auth and the SAN IP 127.0.0.1, valid from a minute ago for validFor, to
+// certFile, and its private key (PKCS #8) to keyFile. Each file is
+// written beside its place and renamed over it, as a renewal swaps it.
+func (f *TLSFiles) Issue(t testing.TB, certFile, keyFile, name string, validFor time.Duration) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.serial++
+	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "redis-server"},
+		SerialNumber: big.NewInt(f.serial),
+		Subject:      pkix.Name{CommonName: name},
 		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(time.Hour),
+		NotAfter:     now.Add(validFor),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		// Client auth too: redis uses the same certificate for its outgoing
-		// TLS connections (replication, cluster bus).
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.caCert, &key.PublicKey, f.caKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,23 +107,19 @@ func NewTLSFiles(t testing.TB) *TLSFiles {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	f := &TLSFiles{
-		CA:   filepath.Join(dir, "ca.pem"),
-		Cert: filepath.Join(dir, "server.pem"),
-		Key:  filepath.Join(dir, "server-key.pem"),
-		Pool: x509.NewCertPool(),
-	}
-	f.Pool.AddCert(caCert)
-	writePEM(t, f.CA, "CERTIFICATE", caDER)
-	writePEM(t, f.Cert, "CERTIFICATE", der)
-	writePEM(t, f.Key, "PRIVATE KEY", pkcs8)
-	return f
+	writePEM(t, keyFile, "PRIVATE KEY", pkcs8)
+	writePEM(t, certFile, "CERTIFICATE", der)
 }
 
+// writePEM writes one PEM block to path: to a file beside it, renamed
+// over it.
 func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 }
