@@ -100,7 +100,11 @@ func (s *Store) Admit(ctx context.Context, a fencestore.Admission) (fencestore.D
 		var notSent errNotSent
 		sent := !errors.As(err, &notSent)
 		if sent {
-			s.pend.failure(time.Now())
+			if !errors.Is(err, context.Canceled) {
+				// The store did not answer in time, or refused: a break
+				// may have begun (a caller that left is none).
+				s.pend.failure(time.Now())
+			}
 			s.refreshSlots()
 		}
 		if role := roleError(err); role != nil {
@@ -276,8 +280,10 @@ func (s *Store) refreshSlots() {
 // that only for a failover of its own node (drain.go); without this, an
 // entry whose release a promoted replica lost would hold the newer
 // requests of its resource for their bound. The admin's look at the store
-// (Ping, every few seconds) fails too when a master dies, so a replica
-// that sends that master nothing meanwhile sends them again as well.
+// (Ping, every few seconds) fails too when a master dies (with an identity
+// expected, as the program always has, it reads every master's record),
+// so a replica that sends that master nothing meanwhile sends them again
+// as well.
 // Under an outage the releases it sends wait in the pending set, sent again
 // until the new master takes them; sent to a node that has them, they find
 // nothing.

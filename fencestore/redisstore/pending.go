@@ -47,16 +47,17 @@ type pendingReleases struct {
 	timerDue time.Time
 	// recent are the releases acknowledged lately, oldest first.
 	recent []ackedRelease
-	// brokeAt is when the latest break began: the first failure (an
-	// admission, a release or a ping the store did not answer) after the
-	// last acknowledgement, while broken; zero once a resend used it.
-	// resend reaches back to just before it, not just before the resend:
-	// a failover takes as long as the cluster needs to judge the master
-	// failed (Sentinel's down-after-milliseconds, cluster-node-timeout: 5
-	// to 30 s in production), and the releases a promoted replica may lack
-	// are those of the moments before the crash.
+	// brokeAt is when the break began: the earliest failure (an
+	// admission, a release or a ping the store did not answer) that no
+	// resend has used yet, unless the failures stopped for breakFresh
+	// since (failedAt: the latest). The store answering again, on a
+	// replica just promoted, does not end it: the subscription comes back
+	// after that, and its resend must still reach back to before the
+	// crash. A failover takes as long as the cluster needs to judge the
+	// master failed (Sentinel's down-after-milliseconds,
+	// cluster-node-timeout: 5 to 30 s in production), and the releases a
+	// promoted replica may lack are those of the moments before the crash.
 	brokeAt time.Time
-	broken  bool
 	// failedAt is the latest failure: a break whose last failure is older
 	// than breakFresh ended long ago without a resend (a blip the
 	// subscription rode out), and a resend then looks back from now.
@@ -248,8 +249,8 @@ func (p *pendingReleases) done(rs []release) {
 	}
 }
 
-// failure notes that the store did not answer at now: the first one after
-// an acknowledgement begins a break (brokeAt).
+// failure notes that the store did not answer at now: unless a break no
+// resend has used is still fresh, it begins one (brokeAt).
 func (p *pendingReleases) failure(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -257,19 +258,16 @@ func (p *pendingReleases) failure(now time.Time) {
 }
 
 func (p *pendingReleases) failureLocked(now time.Time) {
-	if !p.broken {
-		p.broken, p.brokeAt = true, now
+	if !p.breakFresh(now) {
+		p.brokeAt = now
 	}
 	p.failedAt = now
 }
 
-// answered notes that the store answered: a failure after it begins a new
-// break. The break's start stays for the resend that follows it (a
-// promoted replica answers before the subscription is back).
-func (p *pendingReleases) answered() {
-	p.mu.Lock()
-	p.broken = false
-	p.mu.Unlock()
+// breakFresh reports whether a break no resend has used yet saw a failure
+// in the last breakFresh. p.mu is held.
+func (p *pendingReleases) breakFresh(now time.Time) bool {
+	return !p.brokeAt.IsZero() && now.Sub(p.failedAt) <= breakFresh
 }
 
 // acked remembers rs, acknowledged now, for resendRecent.
@@ -279,7 +277,6 @@ func (p *pendingReleases) acked(rs []release, until time.Time) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.broken = false
 	now := time.Now()
 	for _, r := range rs {
 		p.recent = append(p.recent, ackedRelease{release: r, until: until, at: now})
@@ -290,8 +287,10 @@ func (p *pendingReleases) acked(rs []release, until time.Time) {
 // ackedEach is acked for releases of different bounds: it looks each up
 // in the set before done forgets it.
 func (p *pendingReleases) ackedEach(rs []release) {
+	if len(rs) == 0 {
+		return
+	}
 	p.mu.Lock()
-	p.broken = false
 	now := time.Now()
 	for _, r := range rs {
 		// A copy sent again (resend) is remembered already, from its first
@@ -324,46 +323,51 @@ func (p *pendingReleases) trimRecent(now time.Time) {
 }
 
 // resend puts back in the set the releases acknowledged since recentFor
-// before the latest break began (brokeAt; before now when no break is
-// known since the last resend, or its last failure is older than
-// breakFresh) that are not given up and not owed already, to be sent
-// again, and returns them. From before the break, however long ago: a
-// failover takes as long as the cluster needs to judge the master failed,
-// and the releases a promoted replica may lack are those acknowledged
-// just before the crash, or, when the master was cut off from its
-// replicas and kept answering, during the cut. Those the promoted replica
-// acknowledged itself before the resend go too (they are the newest, and
-// find nothing). Newest first (a promoted replica that missed some misses
-// the newest, which replication had least time to carry), and no more
-// than the set has room for now: one sent again must never push out one
-// still owed. It joins the set as spare (add), so that a release made
-// later pushes it out before any owed one. All under one hold of p.mu: a
-// release added between counting the room and filling it would have made
-// one of them drop a release still owed.
+// before the break began (brokeAt, unless it is no longer fresh; else
+// since recentFor before now) that are not given up and not owed already,
+// to be sent again, and returns them: first those acknowledged before the
+// break began, newest first (a crashed master's replica misses the
+// newest, which replication had least time to carry), then those
+// acknowledged after it, newest first (a master cut off from its replicas
+// that kept answering acknowledged them; others went to a Cluster's
+// healthy masters or to the promoted replica, and find nothing). However
+// long ago the break began: a failover takes as long as the cluster
+// needs to judge the master failed. No more than the set has room for
+// now: one sent again must never push out one still owed. It joins the
+// set as spare (add), so that a release made later pushes it out before
+// any owed one. All under one hold of p.mu: a release added between
+// counting the room and filling it would have made one of them drop a
+// release still owed.
 func (p *pendingReleases) resend() []ackedRelease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.trimRecent(now)
-	from := now.Add(-recentFor)
-	if !p.brokeAt.IsZero() && now.Sub(p.failedAt) <= breakFresh {
-		from = p.brokeAt.Add(-recentFor)
+	split := now // the break's start: the first pass takes what came before
+	if p.breakFresh(now) {
+		split = p.brokeAt
 	}
 	p.brokeAt = time.Time{}
+	from := split.Add(-recentFor)
 	if p.m == nil {
 		p.m = make(map[release]*pending)
 	}
 	var out []ackedRelease
-	for i := len(p.recent) - 1; i >= 0 && len(p.m) < max(p.max, 1); i-- {
-		r := p.recent[i]
-		if r.at.Before(from) {
-			break // the older ones too
+	for _, before := range []bool{true, false} {
+		for i := len(p.recent) - 1; i >= 0 && len(p.m) < max(p.max, 1); i-- {
+			r := p.recent[i]
+			if r.at.Before(from) {
+				break // the older ones too
+			}
+			if r.at.After(split) == before {
+				continue // the other pass's
+			}
+			if _, owed := p.m[r.release]; owed || !now.Before(r.until) {
+				continue
+			}
+			p.join(r.release, r.until, true)
+			out = append(out, r)
 		}
-		if _, owed := p.m[r.release]; owed || !now.Before(r.until) {
-			continue
-		}
-		p.join(r.release, r.until, true)
-		out = append(out, r)
 	}
 	return out
 }
@@ -374,6 +378,9 @@ func (p *pendingReleases) resend() []ackedRelease {
 func (p *pendingReleases) failed(rs []release) (gaveUp []release) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(rs) == 0 {
+		return nil
+	}
 	now := time.Now()
 	p.failureLocked(now)
 	for _, r := range rs {

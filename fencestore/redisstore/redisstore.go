@@ -244,10 +244,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	} else {
 		err = s.pingIdentity(ctx)
 	}
-	switch {
-	case err == nil:
-		s.pend.answered()
-	case errors.Is(err, fencestore.ErrUnavailable):
+	if errors.Is(err, fencestore.ErrUnavailable) {
 		// A break, seen even when nothing else is sent (resend); on a
 		// Cluster maybe a master's failover (refreshSlots).
 		s.pend.failure(time.Now())

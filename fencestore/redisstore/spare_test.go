@@ -308,20 +308,26 @@ func TestResendAckedNotRememberedAgain(t *testing.T) {
 // its own moment: a failover takes as long as the cluster needs to judge
 // the master failed (5 to 30 s in production), far past recentFor, and
 // the releases a promoted replica may lack are those acknowledged just
-// before the crash (or during a cut, when the master kept answering).
+// before the crash (sent first) or during a cut, when the master kept
+// answering (sent next). The break's start stays while failures go on,
+// whatever is acknowledged meanwhile (a release owed across the break
+// retried and failing, the promoted replica answering), until a resend
+// uses it or the failures stopped for breakFresh.
 func TestResendLooksBackFromBreak(t *testing.T) {
 	now := time.Now()
 	until := now.Add(time.Hour)
 	at := func(d time.Duration) time.Time { return now.Add(d) }
+	owed := releaseOf("owed", 1, "owed")
 	type ack struct {
 		name string
 		at   time.Duration // from now
 	}
 	for _, tc := range []struct {
 		name   string
+		room   int
 		acks   []ack
 		breaks func(p *pendingReleases)
-		want   []string // newest first
+		want   []string
 	}{
 		{
 			name: "a 20 s failover",
@@ -330,7 +336,27 @@ func TestResendLooksBackFromBreak(t *testing.T) {
 				p.failure(at(-20 * time.Second))
 				p.failure(at(-15 * time.Second)) // the same break
 			},
-			want: []string{"after", "before"},
+			want: []string{"before", "after"},
+		},
+		{
+			name: "a release owed across the break",
+			acks: []ack{{"before", -21 * time.Second}, {"after", -5 * time.Second}},
+			breaks: func(p *pendingReleases) {
+				p.failure(at(-20 * time.Second))
+				p.add(owed, until)
+				p.failed([]release{owed}) // retried now, failing again
+				p.ackedEach(nil)          // a pipeline that acknowledged nothing
+			},
+			want: []string{"before", "after"},
+		},
+		{
+			name: "room for the break's releases first",
+			room: 2,
+			acks: []ack{{"b1", -22 * time.Second}, {"b2", -21 * time.Second}, {"a1", -2 * time.Second}, {"a2", -time.Second}},
+			breaks: func(p *pendingReleases) {
+				p.failure(at(-20 * time.Second))
+			},
+			want: []string{"b2", "b1"},
 		},
 		{
 			name:   "no break seen: the last recentFor",
@@ -348,18 +374,20 @@ func TestResendLooksBackFromBreak(t *testing.T) {
 			want: []string{"now"},
 		},
 		{
-			name: "answered in between: the latest break counts",
-			acks: []ack{{"first", -42 * time.Second}, {"second", -22 * time.Second}, {"third", -time.Second}},
+			name: "a later break, the first long over",
+			acks: []ack{{"first", -71 * time.Second}, {"second", -22 * time.Second}, {"third", -time.Second}},
 			breaks: func(p *pendingReleases) {
-				p.failure(at(-41 * time.Second))
-				p.answered()
-				p.failure(at(-21 * time.Second))
+				p.failure(at(-70 * time.Second))
+				p.failure(at(-20 * time.Second))
 			},
-			want: []string{"third", "second"},
+			want: []string{"second", "third"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pendingReleases{max: 16}
+			if tc.room > 0 {
+				p.max = tc.room
+			}
 			name := map[release]string{}
 			for _, a := range tc.acks {
 				r := releaseOf("k", 1, a.name)
