@@ -11,6 +11,7 @@ import (
 type pending struct {
 	sent      bool      // its owner (a pipeline, an admission, a sender of its own) sends it
 	spare     bool      // it may hold nobody back (add): dropped before the others
+	resent    bool      // a copy of one acknowledged already, sent again (resend)
 	until     time.Time // given up from then on (zero: one attempt)
 	notBefore time.Time // backoff: not taken before then
 	wait      time.Duration
@@ -102,26 +103,24 @@ func (p *pendingReleases) addTelling(r release, until time.Time) (oldest release
 		p.m = make(map[release]*pending)
 	}
 	if len(p.m) >= max(p.max, 1) {
-		var spare bool
-		oldest, dropped, spare = p.dropOne()
-		resent = spare && !oldest.abandons()
+		oldest, dropped, resent = p.dropOne()
 	}
 	p.join(r, until, r.abandons())
 	return oldest, dropped, resent
 }
 
 // dropOne removes the oldest spare release, else the oldest, and returns
-// it, and whether it was spare. p.mu is held.
-func (p *pendingReleases) dropOne() (r release, ok, spare bool) {
-	r, spare = p.spare.Oldest()
-	ok = spare
+// it, and whether it was a copy sent again (resend). p.mu is held.
+func (p *pendingReleases) dropOne() (r release, ok, resent bool) {
+	r, ok = p.spare.Oldest()
 	if !ok {
 		r, ok = p.owed.Oldest()
 	}
 	if ok {
+		resent = p.m[r].resent
 		delete(p.m, r)
 	}
-	return r, ok, spare
+	return r, ok, resent
 }
 
 // join puts r, not in the set, in it last. p.mu is held.
@@ -270,22 +269,8 @@ func (p *pendingReleases) breakFresh(now time.Time) bool {
 	return !p.brokeAt.IsZero() && now.Sub(p.failedAt) <= breakFresh
 }
 
-// acked remembers rs, acknowledged now, for resendRecent.
-func (p *pendingReleases) acked(rs []release, until time.Time) {
-	if until.IsZero() || len(rs) == 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	for _, r := range rs {
-		p.recent = append(p.recent, ackedRelease{release: r, until: until, at: now})
-	}
-	p.trimRecent(now)
-}
-
-// ackedEach is acked for releases of different bounds: it looks each up
-// in the set before done forgets it.
+// ackedEach remembers rs, acknowledged now, for resendRecent, each with
+// its bound as the set holds it, and forgets them (done).
 func (p *pendingReleases) ackedEach(rs []release) {
 	if len(rs) == 0 {
 		return
@@ -296,7 +281,7 @@ func (p *pendingReleases) ackedEach(rs []release) {
 		// A copy sent again (resend) is remembered already, from its first
 		// acknowledgement: remembered anew, it would be sent again after
 		// every break until its bound, ahead of releases acknowledged since.
-		if e := p.m[r]; e != nil && !e.until.IsZero() && !(e.spare && !r.abandons()) {
+		if e := p.m[r]; e != nil && !e.until.IsZero() && !e.resent {
 			p.recent = append(p.recent, ackedRelease{release: r, until: e.until, at: now})
 		}
 	}
@@ -366,6 +351,7 @@ func (p *pendingReleases) resend() []ackedRelease {
 				continue
 			}
 			p.join(r.release, r.until, true)
+			p.m[r.release].resent = true
 			out = append(out, r)
 		}
 	}

@@ -196,8 +196,7 @@ func (s *Store) sendAlone(r release, until time.Time, urgent bool) {
 		err := releaseScript.Run(ctx, s.client, []string{r.key}, r.member, s.channel).Err()
 		cancel()
 		if err == nil {
-			s.pend.done([]release{r})
-			s.pend.acked([]release{r}, until)
+			s.pend.ackedEach([]release{r})
 			return
 		}
 		s.pend.failure(time.Now())

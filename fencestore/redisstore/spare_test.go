@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -291,16 +292,27 @@ func TestPendingTellsResendDropped(t *testing.T) {
 // first acknowledgement counts for the next resend, which leaves it out
 // once recentFor has passed since then.
 func TestResendAckedNotRememberedAgain(t *testing.T) {
-	r1 := releaseOf("k1", 1, "a")
-	p := pendingReleases{max: 4}
-	p.add(r1, time.Now().Add(time.Hour))
-	p.ackedEach([]release{r1})
-	if got := p.resend(); len(got) != 1 {
-		t.Fatalf("resend = %v; want r1", got)
-	}
-	p.ackedEach([]release{r1})
-	if len(p.recent) != 1 {
-		t.Fatalf("recent = %v; want r1 once, from its first acknowledgement", p.recent)
+	// A release and an abandon alike: a resent abandon is told by how it
+	// joined the set, not by its member.
+	for _, r1 := range []release{releaseOf("k1", 1, "a"), abandonOf("k1", 1, "a")} {
+		p := pendingReleases{max: 4}
+		p.add(r1, time.Now().Add(time.Hour))
+		p.ackedEach([]release{r1})
+		first := p.recent[0].at
+		if got := p.resend(); len(got) != 1 {
+			t.Fatalf("resend = %v; want %v", got, r1)
+		}
+		p.ackedEach([]release{r1})
+		if len(p.recent) != 1 || p.recent[0].at != first {
+			t.Fatalf("recent = %v; want %v once, from its first acknowledgement", p.recent, r1)
+		}
+		// Sent again, then dropped from a full set: no loss to count.
+		p.resend()
+		for i := range 4 {
+			if old, dropped, resent := p.addTelling(releaseOf("k2", 1, strconv.Itoa(i)), time.Now().Add(time.Hour)); dropped && (old != r1 || !resent) {
+				t.Fatalf("dropped %v, resent %v; want %v, resent", old, resent, r1)
+			}
+		}
 	}
 }
 
