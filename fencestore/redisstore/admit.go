@@ -293,7 +293,7 @@ func (s *Store) resendAfterFailure() {
 	if last != 0 && now-last < int64(resendEvery) || !s.resent.CompareAndSwap(last, now) {
 		return
 	}
-	s.resendRecent()
+	s.resendRecent(false) // the break goes on: the next resend reaches as far back
 }
 
 // resendEvery is how often at most a Cluster's failures send the recent

@@ -124,7 +124,7 @@
 // (or release sent again) is dropped, else the oldest release, logged and
 // counted (Store.DroppedReleases); the releases acknowledged since ten
 // seconds before a break began (the first failure after an
-// acknowledgement, however long the failover then takes) are sent again
+// acknowledgement, however long the failover then takes, up to lookBack) are sent again
 // when the subscription comes back after it (a promoted replica may lack
 // them; on a Cluster or Ring only a break of the node holding the
 // subscription does that), and, on a Cluster, at most every resendEvery

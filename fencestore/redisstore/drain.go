@@ -397,7 +397,7 @@ func (s *Store) subscribe() {
 			// Back after a break: what this process released lately may
 			// not have reached the server that answers now (a failover).
 			s.log.Debug("drain channel subscribed again", zap.String("channel", s.channel))
-			s.resendRecent()
+			s.resendRecent(true)
 		}
 	}
 }

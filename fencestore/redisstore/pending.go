@@ -65,6 +65,17 @@ type pendingReleases struct {
 	failedAt time.Time
 }
 
+// lookBack bounds how far back a break's start is taken (resend).
+const lookBack = 2 * time.Minute
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // breakFresh is how recent a break's last failure must be for a resend to
 // look back from the break's start: the subscription comes back within
 // moments of the store, and an idle replica's looks at the store fail
@@ -316,23 +327,31 @@ func (p *pendingReleases) trimRecent(now time.Time) {
 // acknowledged after it, newest first (a master cut off from its replicas
 // that kept answering acknowledged them; others went to a Cluster's
 // healthy masters or to the promoted replica, and find nothing). However
-// long ago the break began: a failover takes as long as the cluster
-// needs to judge the master failed. No more than the set has room for
+// long ago the break began, up to lookBack: a failover takes as long as
+// the cluster needs to judge the master failed. No more than the set has room for
 // now: one sent again must never push out one still owed. It joins the
 // set as spare (add), so that a release made later pushes it out before
 // any owed one. All under one hold of p.mu: a release added between
 // counting the room and filling it would have made one of them drop a
 // release still owed.
-func (p *pendingReleases) resend() []ackedRelease {
+//
+// ends says the break is over (the subscription is back): a resend while
+// it goes on (a Cluster's failed admission or look) leaves its start for
+// the next one, which reaches back as far, however long the failover.
+func (p *pendingReleases) resend(ends bool) []ackedRelease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.trimRecent(now)
 	split := now // the break's start: the first pass takes what came before
 	if p.breakFresh(now) {
-		split = p.brokeAt
+		// At most lookBack ago: failures that never stop for breakFresh
+		// (a trickle of timeouts) would keep a start of hours ago.
+		split = later(p.brokeAt, now.Add(-lookBack))
 	}
-	p.brokeAt = time.Time{}
+	if ends {
+		p.brokeAt = time.Time{}
+	}
 	from := split.Add(-recentFor)
 	if p.m == nil {
 		p.m = make(map[release]*pending)

@@ -69,7 +69,7 @@ func TestRecentReleasesFitBesideOwed(t *testing.T) {
 	for _, r := range owed {
 		p.add(r, until)
 	}
-	got := p.resend()
+	got := p.resend(true)
 	if len(got) != 2 {
 		t.Fatalf("%d releases sent again beside 2 owed in a set of 4: %v", len(got), got)
 	}
@@ -83,7 +83,7 @@ func TestRecentReleasesFitBesideOwed(t *testing.T) {
 		}
 	}
 	// The set is full: another resend adds nothing.
-	if again := p.resend(); len(again) != 0 {
+	if again := p.resend(true); len(again) != 0 {
 		t.Fatalf("a full set took %v more", again)
 	}
 }

@@ -313,8 +313,8 @@ func (s *Store) settleRiders(owned []release, err error) {
 // many as the pending set has room for, never at the cost of one owed:
 // pendingReleases.resend): the store came back after a break, maybe on a
 // replica promoted without them.
-func (s *Store) resendRecent() {
-	for _, r := range s.pend.resend() {
+func (s *Store) resendRecent(ends bool) {
+	for _, r := range s.pend.resend(ends) {
 		s.wakeSender(r.release, r.until, true)
 	}
 }

@@ -151,7 +151,7 @@ func TestResendDropsNothingOwed(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			p.resend()
+			p.resend(true)
 		}()
 		go func() {
 			defer wg.Done()
@@ -273,7 +273,7 @@ func TestPendingTellsResendDropped(t *testing.T) {
 	p := pendingReleases{max: 2}
 	p.add(r1, until)
 	p.ackedEach([]release{r1})
-	if got := p.resend(); len(got) != 1 || got[0].release != r1 {
+	if got := p.resend(true); len(got) != 1 || got[0].release != r1 {
 		t.Fatalf("resend = %v; want r1 back", got)
 	}
 	p.add(a1, until) // full: r1 (spare, sent again) and a1 (spare, an abandon)
@@ -299,7 +299,7 @@ func TestResendAckedNotRememberedAgain(t *testing.T) {
 		p.add(r1, time.Now().Add(time.Hour))
 		p.ackedEach([]release{r1})
 		first := p.recent[0].at
-		if got := p.resend(); len(got) != 1 {
+		if got := p.resend(true); len(got) != 1 {
 			t.Fatalf("resend = %v; want %v", got, r1)
 		}
 		p.ackedEach([]release{r1})
@@ -307,7 +307,7 @@ func TestResendAckedNotRememberedAgain(t *testing.T) {
 			t.Fatalf("recent = %v; want %v once, from its first acknowledgement", p.recent, r1)
 		}
 		// Sent again, then dropped from a full set: no loss to count.
-		p.resend()
+		p.resend(true)
 		for i := range 4 {
 			if old, dropped, resent := p.addTelling(releaseOf("k2", 1, strconv.Itoa(i)), time.Now().Add(time.Hour)); dropped && (old != r1 || !resent) {
 				t.Fatalf("dropped %v, resent %v; want %v, resent", old, resent, r1)
@@ -371,6 +371,14 @@ func TestResendLooksBackFromBreak(t *testing.T) {
 			want: []string{"b2", "b1"},
 		},
 		{
+			name: "a start kept by failures for hours: at most lookBack ago",
+			acks: []ack{{"too-old", -lookBack - recentFor - 10*time.Second}, {"oldest-taken", -lookBack - recentFor + 5*time.Second}},
+			breaks: func(p *pendingReleases) {
+				p.brokeAt, p.failedAt = at(-3*time.Hour), at(-time.Second)
+			},
+			want: []string{"oldest-taken"},
+		},
+		{
 			name:   "no break seen: the last recentFor",
 			acks:   []ack{{"old", -recentFor - time.Second}, {"new", -time.Second}},
 			breaks: func(*pendingReleases) {},
@@ -408,12 +416,38 @@ func TestResendLooksBackFromBreak(t *testing.T) {
 			}
 			tc.breaks(&p)
 			var got []string
-			for _, r := range p.resend() {
+			for _, r := range p.resend(true) {
 				got = append(got, name[r.release])
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("resend = %v; want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A resend while the break goes on (a Cluster's failed admission or look,
+// every few seconds) leaves the break's start for the next one: after a
+// failover of any length, it still reaches back to before the crash. The
+// subscription's return ends the break.
+func TestResendWhileBreakGoesOn(t *testing.T) {
+	now := time.Now()
+	before := releaseOf("k", 1, "before")
+	p := pendingReleases{max: 16}
+	p.recent = []ackedRelease{{release: before, until: now.Add(time.Hour), at: now.Add(-21 * time.Second)}}
+	p.failure(now.Add(-20 * time.Second))
+	for i := range 3 {
+		got := p.resend(false)
+		if len(got) != 1 || got[0].release != before {
+			t.Fatalf("resend %d while the break goes on = %v; want the release of before the break", i, got)
+		}
+		p.ackedEach([]release{before}) // taken by the promoted replica, or found nothing
+		p.failure(time.Now())
+	}
+	if got := p.resend(true); len(got) != 1 {
+		t.Fatalf("the subscription's resend = %v; want the release of before the break", got)
+	}
+	if got := p.resend(true); len(got) != 0 {
+		t.Fatalf("a resend after the break ended = %v; want none (it is older than recentFor)", got)
 	}
 }
