@@ -62,7 +62,8 @@ type statusReport struct {
 // answers.
 type storeStatus struct {
 	Kind string `json:"kind"` // redis, bolt, etcd or memory
-	// State: ok, down, unsafe or lost (StoreState); only ok admits.
+	// State: ok, down, unsafe or lost (StoreState): see StoreState for
+	// what each admits.
 	State     StoreState `json:"state"`
 	Answering bool       `json:"answering"`       // the store answered a ping within the admin's timeout
 	Error     string     `json:"error,omitempty"` // the ping's error when it did not

@@ -11,9 +11,11 @@ import (
 	"github.com/fenceproxy/fenceproxy/fencestore"
 )
 
-// StoreState is what a look at the store found. Only StoreOK admits: in
-// every other state each fenced request gets 503 and nothing fenced is
-// forwarded, while unfenced requests (reads) flow as always.
+// StoreState is what a look at the store found. Unsafe and lost admit
+// nothing: each fenced request gets 503 and nothing fenced is forwarded.
+// Down refuses what the store cannot answer (everything on one server; a
+// silent master's slots on a Redis Cluster, see effect). Unfenced requests
+// (reads) flow as always.
 type StoreState string
 
 const (

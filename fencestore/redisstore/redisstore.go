@@ -43,8 +43,9 @@ type Options struct {
 	// turns batching off (one round trip per admission). Admissions with
 	// MinReplicas are not batched.
 	MaxBatch int
-	// Pipelines is how many batches may be in flight at once. Zero means
-	// DefaultPipelines.
+	// Pipelines is how many batches may be in flight at once; on a Cluster,
+	// per master (lanes.go), so connections and pipelines in flight grow
+	// with the masters. Zero means DefaultPipelines.
 	Pipelines int
 	// ReleaseLinger is how long a release of the drain barrier waits for
 	// an admission to ride when none is queued (batch.go). Zero means

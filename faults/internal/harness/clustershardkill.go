@@ -56,9 +56,10 @@ func clusterShardKill(ctx context.Context, e *env) error {
 		return err
 	}
 	if e.rd != nil {
-		// What the master read back from its files, read the moment it
-		// serves them, before a proxy can write there (a later admission
-		// can only raise a mark, and would hide one lost).
+		// What the master read back from its files, read as soon as it
+		// answers PING: a proxy's admission can race it by milliseconds
+		// (a later admission can only raise a mark, and would hide one
+		// lost).
 		var reads []check.Op
 		if err := waitFor(master.Proc, 30*time.Second, master.Name+" serves its marks", func() error {
 			var err error

@@ -28,7 +28,7 @@ import (
 // replica received. The promoted one holds those entries until a replica
 // sends the releases again: only releases acknowledged since a little
 // before the break began do (the first failure, here the WAITs that fail
-// during the cut), and the failover ends 7 s and more after the cut.
+// during the cut), and the promotion comes about 8 s after the kill.
 
 const (
 	resumeTarget          = 5 * time.Second
