@@ -73,14 +73,19 @@ func TestRedisProtocol(t *testing.T) {
 				if !ok {
 					t.Fatalf("CLIENT LIST of %s answered %T", node, list)
 				}
+				var seen int
 				for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
 					fields := strings.Fields(line)
 					if slices.Contains(fields, "cmd=client|list") {
 						continue // this test's own
 					}
+					seen++
 					if !slices.Contains(fields, tc.want) {
 						t.Errorf("a connection to %s does not speak %s: %s", node, tc.want, line)
 					}
+				}
+				if seen == 0 {
+					t.Errorf("no connection of the program to %s to look at", node)
 				}
 			}
 		})

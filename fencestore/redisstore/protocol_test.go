@@ -19,10 +19,7 @@ import (
 // included), batched and not.
 func TestConformanceRESP3(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, tc := range []struct {
-		name string
-		opts redisstore.Options
-	}{{"batched", redisstore.Options{}}, {"unbatched", redisstore.Options{MaxBatch: -1}}} {
+	for _, tc := range batchings {
 		t.Run(tc.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) fencestore.Store {
 				opt := srv.Options()

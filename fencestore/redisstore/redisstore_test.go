@@ -968,13 +968,12 @@ func TestUnacknowledgedGenerationNotSeen(t *testing.T) {
 	}
 
 	replica.Stop()
+	t.Cleanup(replica.Cont) // whatever fails below
 	var ackErr *redisstore.ReplicaAckError
 	if _, err := admit(2); !errors.Is(err, fencestore.ErrUnavailable) || !errors.As(err, &ackErr) {
-		replica.Cont()
 		t.Fatalf("Admit(2) with the replica frozen = %v; want unavailable, not acknowledged", err)
 	}
 	if g, _ := pc.HGet(ctx, gkey, "g").Result(); g == acked {
-		replica.Cont()
 		t.Fatalf("the generation stayed %s: the refused admission wrote nothing", g)
 	}
 	// The server now answers as the replica, promoted, would: without the
